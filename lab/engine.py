@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import sys
+import warnings
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -32,6 +33,7 @@ INSTALL_HINT = (
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in-process: no __main__ guard needed
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # notebooks show results, not start-up chatter
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_CPU_KVCACHE_GIB)
+warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")  # vLLM's own deprecation chatter
 
 
 def vllm_distribution() -> str | None:

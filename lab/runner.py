@@ -57,6 +57,7 @@ def resolve_notebooks(names: list[str]) -> list[Path]:
 def execute(notebook: Path, parameters: dict, out_dir: Path) -> Outcome:
     import papermill
 
+    out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     try:
         papermill.execute_notebook(
@@ -93,7 +94,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--profile {args.profile!r} is not in {PROFILES_FILE.name}; choose one of {sorted(profiles)}")
     notebooks = resolve_notebooks(args.notebooks)
     out_dir = RUNS_DIR / args.profile
-    out_dir.mkdir(parents=True, exist_ok=True)
 
     outcomes = []
     for i, notebook in enumerate(notebooks, 1):

