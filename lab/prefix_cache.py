@@ -1,0 +1,223 @@
+"""A minimal block pool with prefix caching that follows vLLM V1's contract, block for block.
+
+- A prompt is cut into blocks of `block_size` tokens; only full blocks get a hash and can be hit.
+- Hashes chain: H(parent hash, block token ids, extra keys). The first block's parent is
+  H(seed); `cache_salt` goes into the first block's extra keys, so it changes every hash after it.
+- A lookup walks the chain from the first block and stops at the first miss. At least the last
+  prompt token is always recomputed (its logits are needed), so a hit covers at most
+  (len - 1) // block_size blocks.
+- Blocks are reference counted. A block whose count drops to 0 keeps its hash and joins the free
+  queue: blocks with a hash at the tail (a request's last block first), blocks without one at the
+  front. Allocation takes the queue's head and drops that block's hash (eviction).
+- A hash can map to several blocks (a recomputed last block is registered again); a lookup takes
+  the first one registered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cbor2
+
+NONE_HASH_SEED = "vllm-none-hash"  # vLLM's seed for the first block's parent (unless PYTHONHASHSEED is set)
+
+
+def _xxh3_128(data: bytes) -> bytes:
+    import xxhash
+
+    return xxhash.xxh3_128_digest(data)
+
+
+def _pickled(obj: Any) -> bytes:
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _cbor(obj: Any) -> bytes:
+    return cbor2.dumps(obj, canonical=True)
+
+
+HASH_FUNCTIONS: dict[str, Callable[[Any], bytes]] = {
+    "sha256": lambda obj: hashlib.sha256(_pickled(obj)).digest(),
+    "sha256_cbor": lambda obj: hashlib.sha256(_cbor(obj)).digest(),
+    "xxhash": lambda obj: _xxh3_128(_pickled(obj)),  # fast, not collision resistant
+    "xxhash_cbor": lambda obj: _xxh3_128(_cbor(obj)),
+}
+
+
+def hash_function(hash_algo: str) -> Callable[[Any], bytes]:
+    if hash_algo not in HASH_FUNCTIONS:
+        raise ValueError(f"hash_algo={hash_algo!r} is not supported; choose one of {sorted(HASH_FUNCTIONS)}")
+    return HASH_FUNCTIONS[hash_algo]
+
+
+def none_hash(hash_algo: str = "sha256") -> bytes:
+    """The parent hash of every chain's first block.
+
+    vLLM uses a random seed for the xxhash algorithms unless PYTHONHASHSEED is set; the lab always
+    uses the fixed seed so its hashes are reproducible.
+    """
+    return hash_function(hash_algo)(os.environ.get("PYTHONHASHSEED", NONE_HASH_SEED))
+
+
+def block_hashes(
+    token_ids: Sequence[int], block_size: int, hash_algo: str = "sha256", cache_salt: str | None = None
+) -> list[bytes]:
+    """The chained hash of every full block of a prompt (a partial last block has none)."""
+    hash_fn = hash_function(hash_algo)
+    parent = none_hash(hash_algo)
+    hashes = []
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        extra_keys = (("cache_salt", cache_salt),) if start == 0 and cache_salt else None
+        parent = hash_fn((parent, tuple(token_ids[start:start + block_size]), extra_keys))
+        hashes.append(parent)
+    return hashes
+
+
+class CacheFullError(RuntimeError):
+    """The pool has too few free blocks for a request."""
+
+
+@dataclass(eq=False)
+class Block:
+    block_id: int
+    ref_count: int = 0
+    block_hash: bytes | None = None
+    token_ids: tuple[int, ...] | None = None  # kept with the hash, so a collision can never be a hit
+
+
+@dataclass
+class CacheStats:
+    requests: int = 0
+    queries: int = 0  # prompt tokens looked up (vllm:prefix_cache_queries)
+    hits: int = 0  # prompt tokens served from cache (vllm:prefix_cache_hits)
+    evictions: int = 0  # cached blocks whose hash was dropped to reuse the block
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.queries if self.queries else 0.0
+
+
+@dataclass
+class PrefixCache:
+    """`num_blocks` usable KV blocks of `block_size` tokens with vLLM V1's prefix caching."""
+
+    num_blocks: int
+    block_size: int
+    hash_algo: str = "sha256"
+    stats: CacheStats = field(default_factory=CacheStats, init=False)
+
+    def __post_init__(self) -> None:
+        for name in ("num_blocks", "block_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
+        hash_function(self.hash_algo)
+        self.blocks = [Block(i) for i in range(self.num_blocks)]
+        self.free_queue: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks)
+        self.cached: dict[bytes, dict[int, Block]] = {}  # hash -> blocks holding it, first registered first
+        self.tables: dict[str, list[Block]] = {}
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_queue)
+
+    def block_table(self, request_id: str) -> list[int]:
+        return [b.block_id for b in self._table(request_id)]
+
+    def allocate(self, request_id: str, token_ids: Sequence[int], cache_salt: str | None = None) -> int:
+        """Give a request blocks for its prompt; returns how many prompt tokens come from cache."""
+        if request_id in self.tables:
+            raise ValueError(f"request_id={request_id!r} already holds blocks; free it first")
+        if len(token_ids) == 0:
+            raise ValueError("token_ids is empty: a request needs at least one prompt token")
+        hashes = block_hashes(token_ids, self.block_size, self.hash_algo, cache_salt)
+        max_hit_blocks = (len(token_ids) - 1) // self.block_size  # the last token is always computed
+        hit = self._longest_hit(hashes[:max_hit_blocks], token_ids)
+        num_new = -(-len(token_ids) // self.block_size) - len(hit)
+        needed = num_new + sum(b.ref_count == 0 for b in hit)  # hit blocks in the free queue leave it too
+        if needed > self.num_free_blocks:
+            raise CacheFullError(
+                f"request {request_id!r} ({len(token_ids)} tokens) needs {needed} free blocks but only "
+                f"{self.num_free_blocks} of num_blocks={self.num_blocks} are free; free finished requests "
+                f"or use more blocks"
+            )
+        self.stats.requests += 1
+        self.stats.queries += len(token_ids)
+        self.stats.hits += len(hit) * self.block_size
+        self._touch(hit)
+        table = hit + [self._take_free_block() for _ in range(num_new)]
+        for i in range(len(hit), len(hashes)):  # register the full blocks this request computes
+            self._register(table[i], hashes[i], token_ids[i * self.block_size:(i + 1) * self.block_size])
+        self.tables[request_id] = table
+        return len(hit) * self.block_size
+
+    def free(self, request_id: str) -> None:
+        """Release a request's blocks; they stay cached until their block is reused."""
+        table = self._table(request_id)
+        del self.tables[request_id]
+        to_front, to_tail = [], []
+        for block in reversed(table):  # the chain's tail becomes evictable before its head
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                (to_tail if block.block_hash is not None else to_front).append(block)
+        for block in reversed(to_front):  # unhashed blocks can never be hit: reuse them first
+            self.free_queue[block.block_id] = block
+            self.free_queue.move_to_end(block.block_id, last=False)
+        for block in to_tail:
+            self.free_queue[block.block_id] = block
+
+    def reset(self) -> None:
+        """Forget every cached hash (like vLLM's reset_prefix_cache: only when no request holds blocks)."""
+        if self.tables:
+            raise RuntimeError(f"cannot reset while requests hold blocks: {sorted(self.tables)}")
+        self.cached.clear()
+        for block in self.blocks:
+            block.block_hash = block.token_ids = None
+
+    def _table(self, request_id: str) -> list[Block]:
+        if request_id not in self.tables:
+            raise KeyError(f"request_id={request_id!r} holds no blocks (never allocated, or already freed)")
+        return self.tables[request_id]
+
+    def _longest_hit(self, hashes: list[bytes], token_ids: Sequence[int]) -> list[Block]:
+        hit = []
+        for i, block_hash in enumerate(hashes):
+            holders = self.cached.get(block_hash)
+            if not holders:
+                break
+            block = next(iter(holders.values()))
+            if block.token_ids != tuple(token_ids[i * self.block_size:(i + 1) * self.block_size]):
+                break  # a hash collision: never hand out another prompt's K/V
+            hit.append(block)
+        return hit
+
+    def _touch(self, blocks: list[Block]) -> None:
+        for block in blocks:
+            if block.ref_count == 0:
+                del self.free_queue[block.block_id]
+            block.ref_count += 1
+
+    def _take_free_block(self) -> Block:
+        _, block = self.free_queue.popitem(last=False)
+        if block.block_hash is not None:
+            self._evict(block)
+        block.ref_count = 1
+        return block
+
+    def _evict(self, block: Block) -> None:
+        holders = self.cached[block.block_hash]
+        del holders[block.block_id]
+        if not holders:
+            del self.cached[block.block_hash]
+        block.block_hash = block.token_ids = None
+        self.stats.evictions += 1
+
+    def _register(self, block: Block, block_hash: bytes, token_ids: Sequence[int]) -> None:
+        block.block_hash, block.token_ids = block_hash, tuple(token_ids)
+        self.cached.setdefault(block_hash, {})[block.block_id] = block
