@@ -110,6 +110,7 @@ class PrefixCache:
     num_blocks: int
     block_size: int
     hash_algo: str = "sha256"
+    enable_caching: bool = True  # False: a plain block pool, as vLLM with --no-enable-prefix-caching
     stats: CacheStats = field(default_factory=CacheStats, init=False)
 
     def __post_init__(self) -> None:
@@ -122,6 +123,8 @@ class PrefixCache:
         self.free_queue: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks)
         self.cached: dict[bytes, dict[int, Block]] = {}  # hash -> blocks holding it, first registered first
         self.tables: dict[str, list[Block]] = {}
+        self.token_ids: dict[str, list[int]] = {}  # every token whose K/V a request's blocks hold
+        self.salts: dict[str, str | None] = {}
 
     @property
     def num_free_blocks(self) -> int:
@@ -136,7 +139,7 @@ class PrefixCache:
             raise ValueError(f"request_id={request_id!r} already holds blocks; free it first")
         if len(token_ids) == 0:
             raise ValueError("token_ids is empty: a request needs at least one prompt token")
-        hashes = block_hashes(token_ids, self.block_size, self.hash_algo, cache_salt)
+        hashes = block_hashes(token_ids, self.block_size, self.hash_algo, cache_salt) if self.enable_caching else []
         max_hit_blocks = (len(token_ids) - 1) // self.block_size  # the last token is always computed
         hit = self._longest_hit(hashes[:max_hit_blocks], token_ids)
         num_new = -(-len(token_ids) // self.block_size) - len(hit)
@@ -147,20 +150,34 @@ class PrefixCache:
                 f"{self.num_free_blocks} of num_blocks={self.num_blocks} are free; free finished requests "
                 f"or use more blocks"
             )
-        self.stats.requests += 1
-        self.stats.queries += len(token_ids)
-        self.stats.hits += len(hit) * self.block_size
+        if self.enable_caching:
+            self.stats.requests += 1
+            self.stats.queries += len(token_ids)
+            self.stats.hits += len(hit) * self.block_size
         self._touch(hit)
-        table = hit + [self._take_free_block() for _ in range(num_new)]
-        for i in range(len(hit), len(hashes)):  # register the full blocks this request computes
-            self._register(table[i], hashes[i], token_ids[i * self.block_size:(i + 1) * self.block_size])
-        self.tables[request_id] = table
+        self.tables[request_id] = hit + [self._take_free_block() for _ in range(num_new)]
+        self.token_ids[request_id], self.salts[request_id] = list(token_ids), cache_salt
+        self._register_full_blocks(request_id, first=len(hit), hashes=hashes)
         return len(hit) * self.block_size
+
+    def append_tokens(self, request_id: str, new_token_ids: Sequence[int]) -> None:
+        """Extend a running request (decoding): more blocks as needed; blocks that fill up get cached."""
+        table, token_ids = self._table(request_id), self.token_ids[request_id]
+        num_full_before = len(token_ids) // self.block_size
+        token_ids.extend(new_token_ids)
+        num_new = -(-len(token_ids) // self.block_size) - len(table)
+        if num_new > self.num_free_blocks:
+            del token_ids[len(token_ids) - len(new_token_ids):]
+            raise CacheFullError(f"request {request_id!r} needs {num_new} more blocks; {self.num_free_blocks} are free")
+        table.extend(self._take_free_block() for _ in range(num_new))
+        if self.enable_caching:
+            hashes = block_hashes(token_ids, self.block_size, self.hash_algo, self.salts[request_id])
+            self._register_full_blocks(request_id, first=num_full_before, hashes=hashes)
 
     def free(self, request_id: str) -> None:
         """Release a request's blocks; they stay cached until their block is reused."""
         table = self._table(request_id)
-        del self.tables[request_id]
+        del self.tables[request_id], self.token_ids[request_id], self.salts[request_id]
         to_front, to_tail = [], []
         for block in reversed(table):  # the chain's tail becomes evictable before its head
             block.ref_count -= 1
@@ -218,6 +235,10 @@ class PrefixCache:
         block.block_hash = block.token_ids = None
         self.stats.evictions += 1
 
-    def _register(self, block: Block, block_hash: bytes, token_ids: Sequence[int]) -> None:
-        block.block_hash, block.token_ids = block_hash, tuple(token_ids)
-        self.cached.setdefault(block_hash, {})[block.block_id] = block
+    def _register_full_blocks(self, request_id: str, first: int, hashes: list[bytes]) -> None:
+        """Cache blocks `first`.. of a request that are full (a hash may gain a duplicate block)."""
+        table, token_ids, size = self.tables[request_id], self.token_ids[request_id], self.block_size
+        for i in range(first, len(hashes)):
+            block = table[i]
+            block.block_hash, block.token_ids = hashes[i], tuple(token_ids[i * size:(i + 1) * size])
+            self.cached.setdefault(hashes[i], {})[block.block_id] = block

@@ -1,0 +1,94 @@
+"""lab.mini_engine against Hugging Face transformers on the lab's checkpoint (fp32), with and without hits."""
+
+import pytest
+import torch
+
+from lab.mini_engine import MiniEngine
+from lab.model import ensure_model
+
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def model_path():
+    return ensure_model("tiny")
+
+
+@pytest.fixture(scope="module")
+def hf_model(model_path):
+    from transformers import LlamaForCausalLM
+
+    return LlamaForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def prompt():
+    return torch.randint(3, 2300, (200,), generator=torch.Generator().manual_seed(0)).tolist()
+
+
+def hf_last_logits(hf_model, token_ids):
+    with torch.no_grad():
+        return hf_model(torch.tensor([token_ids])).logits[0, -1]
+
+
+@pytest.mark.parametrize("block_size", [4, 16])
+def test_logits_match_transformers_with_no_partial_and_full_hits(hf_model, model_path, prompt, block_size):
+    engine = MiniEngine(model_path, block_size=block_size, num_blocks=256)
+    cases = [
+        ("no hit", prompt[:150], 0),
+        ("partial hit", prompt[:100] + [11, 12, 13], 100 // block_size * block_size),
+        ("full hit", prompt[:150], (150 - 1) // block_size * block_size),
+    ]
+    for name, token_ids, expected_cached in cases:
+        result = engine.generate(token_ids)
+        assert result.num_cached_tokens == expected_cached, name
+        diff = (result.first_logits - hf_last_logits(hf_model, token_ids)).abs().max().item()
+        assert diff <= TOLERANCE, f"{name}: max |logit difference| {diff:.2e}"
+
+
+def test_greedy_decoding_matches_transformers(hf_model, model_path, prompt):
+    engine = MiniEngine(model_path, block_size=16, num_blocks=64)
+    engine.generate(prompt[:120])  # cache most of the prompt first
+    result = engine.generate(prompt[:130], max_tokens=6)
+    assert result.num_cached_tokens == 112
+    expected = list(prompt[:130])
+    for _ in range(6):
+        expected.append(int(hf_last_logits(hf_model, expected).argmax()))
+    assert result.output_token_ids == expected[130:]
+
+
+def test_caching_changes_no_greedy_output(model_path, prompt):
+    on = MiniEngine(model_path, block_size=16, num_blocks=128)
+    off = MiniEngine(model_path, block_size=16, num_blocks=128, enable_prefix_caching=False)
+    prompts = [prompt[:120], prompt[:120] + [5, 6], prompt[:64], prompt[:120] + [5, 6]]
+    on_results = [on.generate(p, max_tokens=8) for p in prompts]
+    off_results = [off.generate(p, max_tokens=8) for p in prompts]
+    assert [r.num_cached_tokens for r in off_results] == [0, 0, 0, 0]
+    assert all(r.num_cached_tokens > 0 for r in on_results[1:])
+    assert [r.output_token_ids for r in on_results] == [r.output_token_ids for r in off_results]
+
+
+def test_decoded_blocks_are_cached_too(model_path, prompt):
+    engine = MiniEngine(model_path, block_size=4, num_blocks=64)
+    first = engine.generate(prompt[:10], max_tokens=7)  # K/V for 10 + 6 tokens: 4 full blocks
+    follow_up = prompt[:10] + first.output_token_ids[:6] + [9]
+    assert engine.generate(follow_up).num_cached_tokens == 16
+
+
+def test_a_hit_makes_prefill_cheaper(model_path, prompt):
+    engine = MiniEngine(model_path, block_size=16, num_blocks=256)
+    long_prompt = (prompt * 6)[:1000]
+    engine.generate(long_prompt[:100])  # warm-up
+    cold = min(engine.generate([7] + long_prompt[i:]).ttft_s for i in range(3))
+    warm = min(engine.generate([7] + long_prompt[:-1]).ttft_s for _ in range(3))
+    assert warm < cold / 2, f"cached prefill {warm * 1e3:.1f} ms vs cold {cold * 1e3:.1f} ms"
+
+
+def test_bad_inputs_are_named(model_path, tmp_path):
+    with pytest.raises(FileNotFoundError, match="model_path="):
+        MiniEngine(tmp_path)
+    engine = MiniEngine(model_path, block_size=16, num_blocks=8)
+    with pytest.raises(ValueError, match="max_tokens=0"):
+        engine.generate([1, 2, 3], max_tokens=0)
+    with pytest.raises(ValueError, match="exceeds the model's context of 4096"):
+        engine.generate(list(range(4096)))
