@@ -21,6 +21,8 @@ from safetensors.torch import load_file
 
 from lab.prefix_cache import PrefixCache
 
+ATTENTION_CHUNK = 128  # query rows per attention call during prefill
+
 
 @dataclass
 class Generation:
@@ -101,12 +103,21 @@ class MiniEngine:
         keys = self.k_pool[layer, ids].flatten(0, 1)[:end]
         values = self.v_pool[layer, ids].flatten(0, 1)[:end]
         group = self.n_heads // self.n_kv_heads
-        keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
-        causal = torch.arange(end, device=self.device)[None, :] <= torch.arange(start, end, device=self.device)[:, None]
-        out = F.scaled_dot_product_attention(
-            q.transpose(0, 1), keys.transpose(0, 1), values.transpose(0, 1), attn_mask=causal
-        )
+        keys = keys.repeat_interleave(group, dim=1).transpose(0, 1)
+        values = values.repeat_interleave(group, dim=1).transpose(0, 1)
+        out = self._causal_attention(q.transpose(0, 1), keys, values, start)
         return out.transpose(0, 1).reshape(n, -1) @ self.w[p + "o_proj.weight"].T
+
+    def _causal_attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
+        """Queries at positions start.. over keys 0..; in chunks, so keys past a chunk's end are skipped."""
+        out = torch.empty_like(q)
+        key_positions = torch.arange(keys.shape[1], device=self.device)
+        for lo in range(0, q.shape[1], ATTENTION_CHUNK):
+            hi = min(q.shape[1], lo + ATTENTION_CHUNK)
+            end = start + hi
+            mask = key_positions[None, :end] <= (start + torch.arange(lo, hi, device=self.device))[:, None]
+            out[:, lo:hi] = F.scaled_dot_product_attention(q[:, lo:hi], keys[:, :end], values[:, :end], attn_mask=mask)
+        return out
 
     def _mlp(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         p = f"model.layers.{layer}.mlp."

@@ -1,0 +1,100 @@
+"""Results files with their provenance: the machine and versions beside every table, written atomically,
+never over an earlier run."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lab import PROJECT_ROOT
+
+
+def results_dir() -> Path:
+    """data/results/ in the project, or LAB_RESULTS_DIR (the tests point it elsewhere)."""
+    path = Path(os.environ.get("LAB_RESULTS_DIR", PROJECT_ROOT / "data" / "results"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _memory_gib() -> float | None:
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def environment(**details: Any) -> dict[str, Any]:
+    """Hardware and versions for a results file; `details` adds run settings (block size, preset, ...)."""
+    from lab.engine import backend, device_name, vllm_distribution
+
+    dist = vllm_distribution()
+    return {
+        "device": device_name(),
+        "backend": backend(),
+        "cpu_count": os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": _version("torch"),
+        "vllm": f"{dist} {_version(dist)}" if dist else None,
+        "transformers": _version("transformers"),
+        **details,
+    }
+
+
+def hardware_line(env: dict[str, Any]) -> str:
+    return f"{env['device']} | {env['backend']} | {env['vllm']} | torch {env['torch']} | python {env['python']}"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.link(tmp, path)  # fails if the file exists: an earlier run is never overwritten
+    finally:
+        os.unlink(tmp)
+
+
+def save_results(df: pd.DataFrame, name: str, env: dict[str, Any]) -> Path:
+    """Write `name`-<run id>.csv and its .json provenance under results_dir(); returns the CSV's path."""
+    if df.empty:
+        raise ValueError(f"refusing to save an empty results table for {name!r}")
+    run_id = time.strftime("%Y%m%dT%H%M%S")
+    out = results_dir()
+    for attempt in range(100):
+        stem = f"{name}-{run_id}" + (f"-{attempt}" if attempt else "")
+        csv_path = out / f"{stem}.csv"
+        try:
+            _atomic_write(csv_path, df.to_csv(index=False))
+        except FileExistsError:
+            continue
+        _atomic_write(out / f"{stem}.json", json.dumps({"name": name, "run_id": stem, "environment": env},
+                                                        indent=2, default=str) + "\n")
+        return csv_path
+    raise FileExistsError(f"could not find a free results file name for {name!r} under {out}")
+
+
+def load_latest(name: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The most recent results table saved under `name`, with its provenance."""
+    candidates = sorted(results_dir().glob(f"{name}-*.csv"), key=lambda p: p.stat().st_mtime)
+    if not candidates:
+        raise FileNotFoundError(f"no results named {name!r} under {results_dir()}; run the notebook or `make run` first")
+    latest = candidates[-1]
+    meta = json.loads(latest.with_suffix(".json").read_text())
+    return pd.read_csv(latest), meta

@@ -1,0 +1,22 @@
+import pandas as pd
+from transformers import AutoTokenizer
+
+from lab.bench import shared_prefix_workload, summarize_mini
+from lab.model import ensure_model
+
+
+def test_workload_is_deterministic_and_shares_prefixes():
+    tokenizer = AutoTokenizer.from_pretrained(ensure_model())
+    prompts = shared_prefix_workload(tokenizer, n_requests=12, prefix_tokens=300, n_prefixes=2)
+    assert prompts == shared_prefix_workload(tokenizer, n_requests=12, prefix_tokens=300, n_prefixes=2)
+    assert len({tuple(p[:300]) for p in prompts}) == 2
+    assert all(len(p) > 300 and p[0] == tokenizer.bos_token_id for p in prompts)
+
+
+def test_summary_weights_hit_rate_by_tokens():
+    df = pd.DataFrame({
+        "engine": ["mini"] * 2, "caching": [True] * 2, "request": [0, 1],
+        "prompt_tokens": [100, 300], "cached_tokens": [0, 200], "ttft_ms": [10.0, 30.0], "lookup_ms": [1.0, 1.0],
+    })
+    row = summarize_mini(df).loc[("mini", True)]
+    assert row["hit_rate"] == 0.5 and row["lookup_share"] == 0.05 and row["mean_ttft_ms"] == 20.0

