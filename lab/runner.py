@@ -83,11 +83,25 @@ def summary(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
+def parse_overrides(items: list[str], parser: argparse.ArgumentParser) -> dict:
+    overrides = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            parser.error(f"-p {item!r}: write NAME=VALUE, e.g. -p block_size=64")
+        overrides[name] = yaml.safe_load(value)
+    return overrides
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="quick", help="a profile in notebooks/profiles.yaml (quick, full)")
+    parser.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a parameter in every notebook run (VALUE is read as YAML), "
+                             "e.g. -p model=/models/Llama-2-7b-chat-hf")
     parser.add_argument("notebooks", nargs="*", help="notebooks to run (default: all, in order)")
     args = parser.parse_args(argv)
+    overrides = parse_overrides(args.parameter, parser)
 
     profiles = load_profiles()
     if args.profile not in profiles:
@@ -97,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
     outcomes = []
     for i, notebook in enumerate(notebooks, 1):
-        parameters = profiles[args.profile].get(notebook.stem, {})
+        parameters = profiles[args.profile].get(notebook.stem, {}) | overrides
         print(f"[{i}/{len(notebooks)}] {notebook.stem} (profile {args.profile}, parameters {parameters})", flush=True)
         outcomes.append(execute(notebook, parameters, out_dir))
     print(summary(outcomes))

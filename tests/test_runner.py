@@ -39,3 +39,11 @@ def test_unknown_profile_exits_nonzero(capsys):
         runner.main(["--profile", "nope"])
     assert exit_info.value.code == 2
     assert "choose one of" in capsys.readouterr().err
+
+
+def test_parameter_overrides_are_parsed_as_yaml():
+    parser = runner.argparse.ArgumentParser()
+    assert runner.parse_overrides(["block_size=64", "model=/m/llama", "quick=true"], parser) == {
+        "block_size": 64, "model": "/m/llama", "quick": True}
+    with pytest.raises(SystemExit):
+        runner.parse_overrides(["no-equals-sign"], parser)
