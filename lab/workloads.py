@@ -1,0 +1,252 @@
+"""Deterministic prompt sets whose sharing pattern is known, shaped like the article's examples.
+
+Each generator takes (count, seed) and returns records: {"id", "prompt", ...metadata}. `load_workload`
+generates once, saves JSONL plus a manifest (seed, count, token-length statistics under the lab
+tokenizer) under data/workloads/, and reads the file back on later calls. All text is built from the
+lab's own sentences in data/corpus/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from lab import PROJECT_ROOT
+from lab.model import CORPUS_DIR, ensure_model
+
+Record = dict
+
+
+def workloads_dir() -> Path:
+    path = Path(os.environ.get("LAB_WORKLOADS_DIR", PROJECT_ROOT / "data" / "workloads"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@cache
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(ensure_model("tiny"))
+
+
+def num_tokens(text: str) -> int:
+    return len(tokenizer().encode(text))
+
+
+@cache
+def _sentences(kind: str) -> tuple[str, ...]:
+    files = {"en": ["en.txt"], "zh": ["zh.txt"], "policy": ["templates.txt"], "all": ["en.txt", "zh.txt"]}[kind]
+    return tuple(line for f in files for line in (CORPUS_DIR / f).read_text(encoding="utf-8").splitlines() if line)
+
+
+def text_of_tokens(rng: random.Random, target_tokens: int, kind: str = "all") -> str:
+    """Sentences drawn at random until the text is about `target_tokens` long (never shorter)."""
+    parts: list[str] = []
+    length = 0
+    while length < target_tokens:
+        sentence = rng.choice(_sentences(kind))
+        parts.append(sentence)
+        length += num_tokens(" " + sentence) - 1  # minus <s>
+    return " ".join(parts)
+
+
+def user_message(rng: random.Random, target_tokens: int) -> str:
+    order = f"My order number is {rng.randrange(10**6, 10**7)}."
+    return order + " " + text_of_tokens(rng, max(1, target_tokens - 8), "all")
+
+
+# --- the generators -------------------------------------------------------------------------------
+
+ARTICLE_TEMPLATE_TOKENS = (96, 192, 320, 512, 768, 1024, 1536, 2048)
+
+
+def article_1000(count: int = 1000, seed: int = 0) -> list[Record]:
+    """The article's benchmark shape: shared system prompts of eight lengths (popular ones more often)
+    followed by a user part of widely varying length."""
+    rng = random.Random(seed)
+    templates = [
+        f"System prompt {i}. " + text_of_tokens(rng, n, "policy" if i % 2 else "all")
+        for i, n in enumerate(ARTICLE_TEMPLATE_TOKENS)
+    ]
+    weights = [1 / (rank + 1) for rank in range(len(templates))]  # Zipf-like popularity
+    order = list(range(len(templates)))
+    rng.shuffle(order)
+    records = []
+    for i in range(count):
+        t = rng.choices(order, weights)[0]
+        user_tokens = int(min(600, rng.lognormvariate(4.0, 0.9)))
+        records.append({"id": f"article-{i}", "template": t,
+                        "prompt": templates[t] + "\nUser: " + user_message(rng, max(8, user_tokens)) + "\nAssistant:"})
+    return records
+
+
+def translation(count: int = 200, seed: int = 0) -> list[Record]:
+    """The article's translation template: one fixed instruction (with a glossary), a varying sentence."""
+    rng = random.Random(seed)
+    instruction = ("You are a professional translator. Translate the English sentence into Chinese. "
+                   "Keep names and numbers unchanged. Glossary: " + text_of_tokens(rng, 280, "all"))
+    english = _sentences("en")
+    return [{"id": f"translation-{i}", "prompt": f"{instruction}\nSentence: {rng.choice(english)} "
+             f"({rng.randrange(1000)})\nChinese:"} for i in range(count)]
+
+
+def customer_service(count: int = 300, seed: int = 0) -> list[Record]:
+    """The article's three-stage bot, `count` requests per stage. The shares of fixed text are designed
+    toward the article's hit rates (intent 98%, rewrite 65%, final 15%); the engine measures the real ones.
+
+    - intent: a long fixed template (labels, rules, examples) and a short user message at the end;
+    - rewrite: a fixed instruction, then the conversation so far (variable) and the new message;
+    - final: a short fixed instruction, then retrieved passages and history that vary per request.
+    """
+    rng = random.Random(seed)
+    intent_template = "Classify the customer's message.\n" + text_of_tokens(rng, 1100, "policy")
+    rewrite_instruction = "Rewrite the last message as a standalone question.\n" + text_of_tokens(rng, 420, "policy")
+    final_instruction = "Answer the customer using the passages.\n"
+    records = []
+    for i in range(count):
+        message = user_message(rng, rng.randrange(12, 24))
+        history = text_of_tokens(rng, rng.randrange(180, 260), "all")
+        passages = text_of_tokens(rng, rng.randrange(320, 420), "all")
+        records += [
+            {"id": f"cs-intent-{i}", "stage": "intent", "prompt": f"{intent_template}\nMessage: {message}\nIntent:"},
+            {"id": f"cs-rewrite-{i}", "stage": "rewrite",
+             "prompt": f"{rewrite_instruction}\nConversation: {history}\nLast message: {message}\nQuestion:"},
+            {"id": f"cs-final-{i}", "stage": "final",
+             "prompt": f"{final_instruction}Passages: {passages}\nHistory: {history}\nCustomer: {message}\nAnswer:"},
+        ]
+    return records
+
+
+def rag(count: int = 200, seed: int = 0, num_documents: int = 8, per_request: int = 3) -> list[Record]:
+    """Retrieval: each request gets `per_request` of `num_documents` shared documents and a question.
+    Two variants of the same requests: documents in retrieval (random) order, and sorted by id."""
+    rng = random.Random(seed)
+    documents = [f"[Document {d}] " + text_of_tokens(rng, 160, "all") for d in range(num_documents)]
+    instruction = "Answer using only these documents and cite them.\n"
+    records = []
+    for i in range(count):
+        chosen = rng.sample(range(num_documents), per_request)
+        question = "Question: " + rng.choice(_sentences("all"))
+        for variant, ids in (("retrieval_order", chosen), ("sorted_order", sorted(chosen))):
+            records.append({"id": f"rag-{variant}-{i}", "variant": variant, "documents": ids,
+                            "prompt": instruction + "\n".join(documents[d] for d in ids) + "\n" + question})
+    return records
+
+
+def chat(count: int = 40, seed: int = 0, turns: int = 5) -> list[Record]:
+    """`count` conversations of `turns` turns; each turn's prompt is the whole history so far plus the new
+    message, so turn t shares all of turn t-1's prompt. Records come turn by turn (turn 0 of every
+    conversation first), as traffic from many users would."""
+    rng = random.Random(seed)
+    system = "You are a friendly assistant for a bookshop.\n"
+    histories = [system for _ in range(count)]
+    records = []
+    for turn in range(turns):
+        for c in range(count):
+            histories[c] += f"User: {user_message(rng, rng.randrange(15, 40))}\n"
+            records.append({"id": f"chat-{c}-{turn}", "conversation": c, "turn": turn,
+                            "prompt": histories[c] + "Assistant:"})
+            histories[c] += f"Assistant: {text_of_tokens(rng, rng.randrange(30, 80), 'all')}\n"
+    return records
+
+
+def prompt_design(count: int = 100, seed: int = 0) -> list[Record]:
+    """The article's before/after pair: one template, the same per-request variables (name, date, order),
+    placed through the template ("scattered") or gathered at its end ("gathered")."""
+    rng = random.Random(seed)
+    sections = [text_of_tokens(rng, 150, "policy") for _ in range(4)]
+    records = []
+    for i in range(count):
+        name, date = rng.choice(["Ana", "Bo", "Chen", "Dara", "Eli", "Femi"]), f"2026-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}"
+        order, question = rng.randrange(10**6, 10**7), rng.choice(_sentences("all"))
+        scattered = (f"Customer {name} wrote on {date}.\n{sections[0]}\nOrder {order}.\n{sections[1]}\n"
+                     f"{sections[2]}\n{sections[3]}\nQuestion: {question}")
+        gathered = (f"{sections[0]}\n{sections[1]}\n{sections[2]}\n{sections[3]}\n"
+                    f"Customer {name} wrote on {date}. Order {order}.\nQuestion: {question}")
+        records += [{"id": f"design-scattered-{i}", "variant": "scattered", "prompt": scattered},
+                    {"id": f"design-gathered-{i}", "variant": "gathered", "prompt": gathered}]
+    return records
+
+
+GENERATORS: dict[str, Callable[..., list[Record]]] = {
+    "article_1000": article_1000,
+    "translation": translation,
+    "customer_service": customer_service,
+    "rag": rag,
+    "chat": chat,
+    "prompt_design": prompt_design,
+}
+
+
+# --- saving and loading ----------------------------------------------------------------------------
+
+@dataclass
+class Workload:
+    name: str
+    records: list[Record]
+    manifest: dict
+
+    @property
+    def prompts(self) -> list[str]:
+        return [r["prompt"] for r in self.records]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+def length_stats(lengths: list[int]) -> dict:
+    return {"min": min(lengths), "median": statistics.median(lengths), "mean": round(statistics.fmean(lengths), 1),
+            "max": max(lengths), "total": sum(lengths)}
+
+
+def make_manifest(name: str, records: list[Record], count: int, seed: int) -> dict:
+    lengths = [num_tokens(r["prompt"]) for r in records]
+    for record, n in zip(records, lengths):
+        record["prompt_tokens"] = n
+    return {"name": name, "seed": seed, "count": count, "records": len(records),
+            "tokenizer": "lab tiny (byte-level BPE)", "prompt_tokens": length_stats(lengths)}
+
+
+def _check(name: str, count: int | None) -> None:
+    if name not in GENERATORS:
+        raise ValueError(f"unknown workload {name!r}; choose one of {sorted(GENERATORS)}")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ValueError(f"count={count!r} must be a positive integer")
+
+
+def generate_workload(name: str, count: int | None = None, seed: int = 0) -> Workload:
+    _check(name, count)
+    generator = GENERATORS[name]
+    count = count if count is not None else generator.__defaults__[0]
+    records = generator(count=count, seed=seed)
+    return Workload(name, records, make_manifest(name, records, count, seed))
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)  # the content is a pure function of (name, count, seed): replacing is safe
+
+
+def load_workload(name: str, count: int | None = None, seed: int = 0) -> Workload:
+    """The workload from data/workloads/, generated and saved first if it is not there."""
+    _check(name, count)
+    count = count if count is not None else GENERATORS[name].__defaults__[0]
+    stem = workloads_dir() / f"{name}-n{count}-seed{seed}"
+    jsonl, manifest_path = stem.with_suffix(".jsonl"), stem.with_suffix(".manifest.json")
+    if jsonl.is_file() and manifest_path.is_file():
+        records = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
+        return Workload(name, records, json.loads(manifest_path.read_text()))
+    workload = generate_workload(name, count, seed)
+    _write_atomically(jsonl, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in workload.records))
+    _write_atomically(manifest_path, json.dumps(workload.manifest, indent=2) + "\n")
+    return workload

@@ -1,0 +1,83 @@
+import pandas as pd
+import pytest
+
+from lab.engine import make_llm
+from lab.measure import arrival_times, compare, run_workload, summarize
+from lab.workloads import generate_workload
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return generate_workload("article_1000", 24).prompts
+
+
+@pytest.fixture(scope="module")
+def llm_on():
+    return make_llm(block_size=32)
+
+
+def test_offline_rows_are_sane(llm_on, prompts):
+    df = run_workload(llm_on, prompts, max_tokens=4, progress=False)
+    assert len(df) == len(prompts) and df.request.tolist() == list(range(len(prompts)))
+    assert (df.ttft_s > 0).all() and (df.e2e_s >= df.ttft_s).all()
+    assert (df.cached_tokens <= df.prompt_tokens - 1).all() and df.cached_tokens.sum() > 0
+    assert (df.output_tokens == 4).all()
+    assert (df.queue_s >= 0).all() and (df.prefill_s > 0).all()
+    assert 0 < df.attrs["peak_kv_blocks"] <= df.attrs["kv_blocks"]
+
+
+def test_online_arrivals_are_spread_out(llm_on, prompts):
+    df = run_workload(llm_on, prompts[:8], max_tokens=2, mode="online", rate=40.0, progress=False)
+    assert df.arrival_s.iloc[0] == 0 and df.arrival_s.is_monotonic_increasing and df.arrival_s.iloc[-1] > 0
+    assert (df.ttft_s > 0).all()
+
+
+def test_caching_off_caches_nothing_and_keeps_outputs(llm_on, prompts):
+    off = make_llm(enable_prefix_caching=False, block_size=32)
+    df_off = run_workload(off, prompts[:12], max_tokens=4, progress=False)
+    df_on = run_workload(llm_on, prompts[:12], max_tokens=4, progress=False)
+    assert (df_off.cached_tokens == 0).all()
+    assert df_off.output_token_ids.tolist() == df_on.output_token_ids.tolist()
+
+
+def test_bad_input_is_named_and_nothing_is_sent(llm_on):
+    before = llm_on.get_metrics()
+    queries = next(m.value for m in before if m.name == "vllm:prefix_cache_queries")
+    with pytest.raises(ValueError, match="prompts is empty"):
+        run_workload(llm_on, [])
+    with pytest.raises(ValueError, match=r"rate=0.*positive arrival rate"):
+        run_workload(llm_on, ["a"], mode="online", rate=0)
+    with pytest.raises(ValueError, match="mode='batch'"):
+        run_workload(llm_on, ["a"], mode="batch")
+    with pytest.raises(ValueError, match=r"prompts\[1\] has .*max_model_len=4096"):
+        run_workload(llm_on, ["short", list(range(5, 4200))])
+    after = next(m.value for m in llm_on.get_metrics() if m.name == "vllm:prefix_cache_queries")
+    assert after == queries, "a rejected workload sends no request"
+
+
+def hand_made(ttft, cached, prompt):
+    n = len(ttft)
+    return pd.DataFrame({"request": range(n), "prompt_tokens": prompt, "cached_tokens": cached,
+                         "output_tokens": [1] * n, "arrival_s": [0.0] * n, "ttft_s": ttft,
+                         "queue_s": [0.0] * n, "prefill_s": ttft, "e2e_s": ttft})
+
+
+def test_summarize_and_compare_on_hand_made_frames():
+    off = summarize(hand_made([1.0, 2.0, 3.0, 4.0], [0, 0, 0, 0], [100] * 4))
+    on = summarize(hand_made([0.5, 0.5, 1.0, 2.0], [0, 50, 50, 100], [100] * 4))
+    assert off["mean_ttft_ms"] == 2500 and off["p50_ttft_ms"] == 2500 and off["requests_per_s"] == 1.0
+    assert on["hit_rate"] == 0.5 and on["requests_per_s"] == 2.0
+    table = compare(off, on)
+    assert table.loc["mean_ttft_ms", "change_%"] == -60.0
+    assert table.loc["requests_per_s", "change_%"] == 100.0
+    assert pd.isna(table.loc["hit_rate", "change_%"]), "no % change from zero"
+    with pytest.raises(ValueError):
+        summarize(pd.DataFrame())
+
+
+def test_arrival_times_are_seeded_poisson():
+    times = arrival_times(2000, "online", rate=10.0, seed=3)
+    assert times == arrival_times(2000, "online", rate=10.0, seed=3)
+    assert abs(times[-1] / 1999 - 0.1) < 0.01

@@ -1,0 +1,73 @@
+import json
+
+import pytest
+
+from lab.workloads import GENERATORS, generate_workload, load_workload, num_tokens
+
+
+@pytest.fixture
+def workloads_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_WORKLOADS_DIR", str(tmp_path))
+    return tmp_path
+
+
+SMALL = {"article_1000": 60, "translation": 10, "customer_service": 10, "rag": 10, "chat": 6, "prompt_design": 6}
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_same_seed_same_prompts_other_seed_other_prompts(name):
+    a, b = generate_workload(name, SMALL[name], seed=0), generate_workload(name, SMALL[name], seed=0)
+    assert a.records == b.records
+    assert a.prompts != generate_workload(name, SMALL[name], seed=1).prompts
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_saved_file_and_manifest_agree(name, workloads_dir):
+    workload = load_workload(name, SMALL[name])
+    stem = workloads_dir / f"{name}-n{SMALL[name]}-seed0"
+    records = [json.loads(line) for line in stem.with_suffix(".jsonl").read_text().splitlines()]
+    manifest = json.loads(stem.with_suffix(".manifest.json").read_text())
+    assert records == workload.records and manifest["records"] == len(records)
+    lengths = [num_tokens(r["prompt"]) for r in records]
+    assert lengths == [r["prompt_tokens"] for r in records]
+    assert manifest["prompt_tokens"]["min"] == min(lengths) and manifest["prompt_tokens"]["max"] == max(lengths)
+    assert load_workload(name, SMALL[name]).records == records, "a second load reads the file"
+
+
+def test_article_workload_shares_a_few_templates_over_a_wide_length_spread():
+    workload = generate_workload("article_1000", 200)
+    templates = {r["template"] for r in workload.records}
+    assert 4 <= len(templates) <= 8
+    stats = workload.manifest["prompt_tokens"]
+    assert stats["max"] > 8 * stats["min"], "the article's prompts vary widely in length"
+    by_template = {}
+    for r in workload.records:
+        by_template.setdefault(r["template"], []).append(r["prompt"].split("\nUser: ")[0])
+    assert all(len(set(prefixes)) == 1 for prefixes in by_template.values())
+
+
+def test_customer_service_stages_share_less_and_less():
+    workload = generate_workload("customer_service", 5)
+    prompts = {stage: [r["prompt"] for r in workload.records if r["stage"] == stage]
+               for stage in ("intent", "rewrite", "final")}
+
+    def shared_share(texts):
+        common = 0
+        while all(len(t) > common and t[common] == texts[0][common] for t in texts):
+            common += 1
+        return common / len(texts[0])
+
+    assert shared_share(prompts["intent"]) > 0.9 > shared_share(prompts["rewrite"]) > 0.4 > shared_share(prompts["final"])
+
+
+def test_chat_turns_extend_the_previous_turn():
+    records = generate_workload("chat", 3).records
+    turns = {(r["conversation"], r["turn"]): r["prompt"] for r in records}
+    assert turns[(1, 2)].startswith(turns[(1, 1)].removesuffix("Assistant:"))
+
+
+def test_bad_names_and_counts_are_named():
+    with pytest.raises(ValueError, match=r"unknown workload 'nope'.*article_1000"):
+        load_workload("nope")
+    with pytest.raises(ValueError, match="count=0"):
+        generate_workload("chat", 0)
