@@ -53,6 +53,7 @@ def environment(**details: Any) -> dict[str, Any]:
         "torch": _version("torch"),
         "vllm": f"{dist} {_version(dist)}" if dist else None,
         "transformers": _version("transformers"),
+        "profile": os.environ.get("LAB_PROFILE", "interactive"),  # set by lab.runner
         **details,
     }
 

@@ -8,6 +8,7 @@ Parameters come from notebooks/profiles.yaml; executed copies go to runs/<profil
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -107,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile not in profiles:
         parser.error(f"--profile {args.profile!r} is not in {PROFILES_FILE.name}; choose one of {sorted(profiles)}")
     notebooks = resolve_notebooks(args.notebooks)
+    os.environ["LAB_PROFILE"] = args.profile  # kernels inherit it; results files record it
     out_dir = RUNS_DIR / args.profile
 
     outcomes = []
