@@ -49,3 +49,22 @@ def save_figure(fig, name: str, *, png: bool = True) -> list[Path]:
             fig.write_image(out / f"{name}.png", width=900, height=500, scale=1)
             written.append(out / f"{name}.png")
     return written
+
+
+BLOCK_COLOURS = {"hit": "#b7e4c7", "miss": "#f4b6b6", "partial": "#e0e0e0"}
+
+
+def block_map_html(pieces: list[str], block_size: int, num_cached_tokens: int) -> str:
+    """A prompt's tokens (as text pieces) grouped into blocks, coloured hit / miss / partial (never cached)."""
+    import html
+
+    spans = []
+    full_blocks = len(pieces) // block_size
+    for b in range(0, len(pieces), block_size):
+        index = b // block_size
+        state = "hit" if b < num_cached_tokens else ("miss" if index < full_blocks else "partial")
+        text = html.escape("".join(pieces[b:b + block_size])).replace("\n", "⏎")
+        spans.append(f'<span title="block {index}: {state}" style="background:{BLOCK_COLOURS[state]};'
+                     f'border:1px solid #888;margin:1px;padding:1px;line-height:1.9">{text}</span>')
+    legend = " ".join(f'<span style="background:{c};padding:1px 6px">{k}</span>' for k, c in BLOCK_COLOURS.items())
+    return f"<div style='font-family:monospace;font-size:12px'>{legend}<br>{''.join(spans)}</div>"

@@ -133,6 +133,13 @@ class PrefixCache:
     def block_table(self, request_id: str) -> list[int]:
         return [b.block_id for b in self._table(request_id)]
 
+    def lookup(self, token_ids: Sequence[int], cache_salt: str | None = None) -> int:
+        """How many prompt tokens a request would get from cache now (changes nothing)."""
+        if not self.enable_caching:
+            return 0
+        hashes = block_hashes(token_ids, self.block_size, self.hash_algo, cache_salt)
+        return len(self._longest_hit(hashes[:(len(token_ids) - 1) // self.block_size], token_ids)) * self.block_size
+
     def allocate(self, request_id: str, token_ids: Sequence[int], cache_salt: str | None = None) -> int:
         """Give a request blocks for its prompt; returns how many prompt tokens come from cache."""
         if request_id in self.tables:
