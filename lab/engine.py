@@ -2,6 +2,10 @@
 
 Importing this module sets the environment vLLM needs on a CPU (engine core in this process, quiet
 logs, a KV-cache size); `make_llm` then starts the real `vllm.LLM`.
+
+One in-process engine at a time: shutting an in-process engine down tears down process-wide state
+(vLLM's parallel groups) that every other live engine in the process uses. So `make_llm` first shuts
+down the engine it started before (using that one afterwards raises a clear error).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 import platform
 import sys
 import warnings
+import weakref
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -34,6 +39,9 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in-p
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # notebooks show results, not start-up chatter
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_CPU_KVCACHE_GIB)
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")  # vLLM's own deprecation chatter
+
+
+_previous_engine: weakref.ref | None = None
 
 
 def vllm_distribution() -> str | None:
@@ -192,7 +200,33 @@ def make_llm(
 
     from vllm import LLM
 
-    return LLM(model=model_path, enable_prefix_caching=enable_prefix_caching, **kwargs)
+    global _previous_engine
+    if _previous_engine is not None and (previous := _previous_engine()) is not None:
+        close(previous)
+    llm = LLM(model=model_path, enable_prefix_caching=enable_prefix_caching, **kwargs)
+    _previous_engine = weakref.ref(llm)
+    return llm
+
+
+def close(llm: vllm.LLM) -> None:
+    """Shut an engine down now and free its KV cache (idempotent)."""
+    client = llm.llm_engine.engine_core
+    finalizer = getattr(client, "_finalizer", None)  # in-process client: runs EngineCore.shutdown once
+    if finalizer is not None:
+        finalizer()
+    else:
+        client.shutdown()
+    llm.lab_closed = True
+
+
+def is_closed(llm: vllm.LLM) -> bool:
+    return getattr(llm, "lab_closed", False)
+
+
+def require_open(llm: vllm.LLM) -> None:
+    if is_closed(llm):
+        raise RuntimeError("this engine was shut down because a newer one was started with make_llm "
+                           "(one in-process engine at a time); use the newer engine or start this one again")
 
 
 def max_model_len(llm: vllm.LLM) -> int:
@@ -207,6 +241,7 @@ def to_token_ids(llm: vllm.LLM, prompts: Sequence[str | Sequence[int]]) -> list[
 
 def check_prompts(llm: vllm.LLM, prompts: Sequence[str | Sequence[int]], max_tokens: int = 1) -> list[list[int]]:
     """Token ids of the prompts, after checking each fits the engine's context with room to answer."""
+    require_open(llm)
     if isinstance(prompts, str) or not len(prompts):
         raise ValueError("prompts must be a non-empty list of strings or token-id lists")
     token_ids = to_token_ids(llm, prompts)

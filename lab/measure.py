@@ -3,7 +3,8 @@
 Per request, from vLLM's own timestamps: preprocessing (arrival to queued: tokenization, input
 checks), queueing (queued to first scheduled), prefill (scheduled to first token), TTFT (arrival to
 first token) and end-to-end latency. Offline mode submits every request at once (the article's batch
-test); online mode submits them at Poisson arrival times, so TTFT is what a user would see.
+test); online mode submits them at Poisson arrival times, so TTFT is what a user would see;
+sequential mode sends one request at a time (no queueing: TTFT is preprocessing plus prefill).
 """
 
 from __future__ import annotations
@@ -24,14 +25,15 @@ from lab.results import environment  # noqa: F401  (re-exported: measure.environ
 if TYPE_CHECKING:
     import vllm
 
-MODES = ("offline", "online")
+MODES = ("offline", "online", "sequential")
 
 
 def arrival_times(n: int, mode: str, rate: float | None, seed: int) -> list[float]:
     """Seconds after the start at which each request is submitted."""
     if mode not in MODES:
-        raise ValueError(f"mode={mode!r}: use 'offline' (all at once) or 'online' (Poisson arrivals at `rate`)")
-    if mode == "offline":
+        raise ValueError(f"mode={mode!r}: use 'offline' (all at once), 'online' (Poisson arrivals at `rate`) "
+                         "or 'sequential' (one at a time)")
+    if mode != "online":
         return [0.0] * n
     if rate is None or isinstance(rate, bool) or not rate > 0:
         raise ValueError(f"rate={rate!r}: online mode needs a positive arrival rate in requests per second")
@@ -73,16 +75,18 @@ def run_workload(
         raise ValueError("prompts is empty: pass a non-empty list of prompts (e.g. load_workload(...).prompts)")
     arrivals = arrival_times(len(prompts), mode, rate, seed)
     token_ids = check_prompts(llm, prompts, max_tokens)  # every prompt is checked before any is sent
-    outputs, peak_blocks, peak_memory, usable = _drive(llm, token_ids, arrivals, max_tokens, progress)
-    rows = [_row(i, out, arrivals[i]) for i, out in enumerate(outputs)]
+    outputs, submitted, peak_blocks, peak_memory, usable = _drive(
+        llm, token_ids, arrivals, max_tokens, progress, one_at_a_time=mode == "sequential")
+    rows = [_row(i, out, submitted[i]) for i, out in enumerate(outputs)]
     df = pd.DataFrame(rows)
     df.attrs = {"mode": mode, "rate": rate, "max_tokens": max_tokens, "peak_kv_blocks": peak_blocks,
                 "kv_blocks": usable, "peak_process_gib": round(peak_memory, 3)}
     return df
 
 
-def _drive(llm, token_ids, arrivals, max_tokens, progress):
-    """Submit requests at their arrival times and step the engine until all have finished."""
+def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time):
+    """Submit requests at their arrival times (or each when the previous one finished) and step the
+    engine until all have finished."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -91,15 +95,17 @@ def _drive(llm, token_ids, arrivals, max_tokens, progress):
     run = uuid.uuid4().hex[:8]
     pending = deque(enumerate(arrivals))
     outputs: dict[int, object] = {}
+    submitted: dict[int, float] = {}
     peak_blocks, usable = kv_blocks(llm)
     peak_memory = process_memory_gib()
     start = time.monotonic()
     with tqdm(total=len(token_ids), desc="requests", disable=not progress, leave=False) as bar:
         while len(outputs) < len(token_ids):
             now = time.monotonic() - start
-            while pending and pending[0][1] <= now:
+            while pending and pending[0][1] <= now and not (one_at_a_time and engine.has_unfinished_requests()):
                 i, _ = pending.popleft()
                 engine.add_request(f"{run}-{i}", TokensPrompt(prompt_token_ids=token_ids[i]), params)
+                submitted[i] = now
             if not engine.has_unfinished_requests():
                 time.sleep(min(0.01, max(0.0, pending[0][1] - now)))
                 continue
@@ -109,7 +115,8 @@ def _drive(llm, token_ids, arrivals, max_tokens, progress):
                     bar.update()
             peak_blocks = max(peak_blocks, kv_blocks(llm)[0])
             peak_memory = max(peak_memory, process_memory_gib())
-    return [outputs[i] for i in range(len(token_ids))], peak_blocks, peak_memory, usable
+    order = range(len(token_ids))
+    return [outputs[i] for i in order], [submitted[i] for i in order], peak_blocks, peak_memory, usable
 
 
 def _row(i: int, out, arrival_s: float) -> dict:

@@ -8,3 +8,22 @@ _scratch = tempfile.mkdtemp(prefix="prefix-cache-lab-tests-")
 # Set at import time, before nbval starts kernels, so notebook kernels inherit them.
 os.environ.setdefault("LAB_FIGURES_DIR", os.path.join(_scratch, "figures"))
 os.environ.setdefault("LAB_RESULTS_DIR", os.path.join(_scratch, "results"))
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def engines():
+    """`engines(**make_llm_kwargs)`: a live engine with those settings, reused across tests and started
+    again when a newer engine closed it (one in-process engine at a time)."""
+    started = {}
+
+    def get(**kwargs):
+        from lab.engine import is_closed, make_llm
+
+        key = tuple(sorted(kwargs.items()))
+        if key not in started or is_closed(started[key]):
+            started[key] = make_llm(**kwargs)
+        return started[key]
+
+    return get

@@ -96,9 +96,9 @@ def test_backend_line_names_engine_and_device():
 SHARED = " ".join(["The key and value vectors of each layer are stored in blocks of a fixed size."] * 30)
 
 
-@pytest.fixture(scope="module")
-def llm():
-    return make_llm(block_size=64)
+@pytest.fixture
+def llm(engines):
+    return engines(block_size=64)
 
 
 def test_engine_uses_the_requested_block_size_and_fp32(llm):
@@ -126,12 +126,22 @@ def test_empty_prompt_list_is_rejected(llm):
         generate(llm, [])
 
 
-def test_caching_off_caches_nothing_and_changes_no_output(llm):
-    off = make_llm(enable_prefix_caching=False, block_size=64)
+def test_caching_off_caches_nothing_and_changes_no_output(engines):
     prompts = [SHARED + " Where?", SHARED + " When?"]
-    llm.reset_prefix_cache()
-    on_outputs = [generate(llm, [p], max_tokens=4)[0] for p in prompts]
+    on = engines(block_size=64)
+    on.reset_prefix_cache()
+    on_outputs = [generate(on, [p], max_tokens=4)[0] for p in prompts]
+    off = engines(enable_prefix_caching=False, block_size=64)
     off_outputs = [generate(off, [p], max_tokens=4)[0] for p in prompts]
     assert [o.num_cached_tokens for o in off_outputs] == [0, 0]
     assert on_outputs[1].num_cached_tokens > 0
     assert [o.outputs[0].token_ids for o in on_outputs] == [o.outputs[0].token_ids for o in off_outputs]
+
+
+def test_a_newer_engine_closes_the_older_one_with_a_clear_error(engines):
+    older = engines(block_size=64)
+    newer = engines(block_size=32)
+    assert lab.engine.is_closed(older) and not lab.engine.is_closed(newer)
+    with pytest.raises(RuntimeError, match="shut down because a newer one was started"):
+        generate(older, ["hello"])
+    assert generate(newer, ["hello"])[0].outputs[0].token_ids
