@@ -107,9 +107,9 @@ def customer_service(count: int = 300, seed: int = 0) -> list[Record]:
     - final: a short fixed instruction, then retrieved passages and history that vary per request.
     """
     rng = random.Random(seed)
-    intent_template = "Classify the customer's message.\n" + text_of_tokens(rng, 1100, "policy")
+    intent_template = "Classify the customer's message.\n" + text_of_tokens(rng, 1500, "policy")
     rewrite_instruction = "Rewrite the last message as a standalone question.\n" + text_of_tokens(rng, 420, "policy")
-    final_instruction = "Answer the customer using the passages.\n"
+    final_instruction = "Answer the customer using the passages.\n" + text_of_tokens(rng, 110, "policy") + "\n"
     records = []
     for i in range(count):
         message = user_message(rng, rng.randrange(12, 24))
