@@ -42,6 +42,17 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def _group_gone(group: int, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -138,16 +149,18 @@ class VLLMServer:
         _running.discard(self)
         if self.process is None or self.process.poll() is not None:
             return
+        group = self.process.pid  # start_new_session made the server its group's leader
         for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0)):
             try:
-                os.killpg(self.process.pid, sig)
+                os.killpg(group, sig)
             except ProcessLookupError:
                 return
             try:
                 self.process.wait(wait)
-                return
             except subprocess.TimeoutExpired:
                 continue
+            if _group_gone(group, wait_s=5.0):  # helpers the server started exit after it
+                return
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
