@@ -31,6 +31,8 @@ model: $(MODEL)
 
 run: setup
 	$(BIN)/python -m lab.runner --profile $(PROFILE)
+	@# the README's Results section is rewritten from the results files the full run just wrote
+	@if [ "$(PROFILE)" = full ]; then $(BIN)/python -m lab.report; fi
 
 test: setup
 	$(BIN)/python -m pytest

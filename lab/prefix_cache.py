@@ -15,68 +15,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
-import pickle
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-import cbor2
-
-NONE_HASH_SEED = "vllm-none-hash"  # vLLM's seed for the first block's parent (unless PYTHONHASHSEED is set)
-
-
-def _xxh3_128(data: bytes) -> bytes:
-    import xxhash
-
-    return xxhash.xxh3_128_digest(data)
-
-
-def _pickled(obj: Any) -> bytes:
-    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _cbor(obj: Any) -> bytes:
-    return cbor2.dumps(obj, canonical=True)
-
-
-HASH_FUNCTIONS: dict[str, Callable[[Any], bytes]] = {
-    "sha256": lambda obj: hashlib.sha256(_pickled(obj)).digest(),
-    "sha256_cbor": lambda obj: hashlib.sha256(_cbor(obj)).digest(),
-    "xxhash": lambda obj: _xxh3_128(_pickled(obj)),  # fast, not collision resistant
-    "xxhash_cbor": lambda obj: _xxh3_128(_cbor(obj)),
-}
-
-
-def hash_function(hash_algo: str) -> Callable[[Any], bytes]:
-    if hash_algo not in HASH_FUNCTIONS:
-        raise ValueError(f"hash_algo={hash_algo!r} is not supported; choose one of {sorted(HASH_FUNCTIONS)}")
-    return HASH_FUNCTIONS[hash_algo]
-
-
-def none_hash(hash_algo: str = "sha256") -> bytes:
-    """The parent hash of every chain's first block.
-
-    vLLM uses a random seed for the xxhash algorithms unless PYTHONHASHSEED is set; the lab always
-    uses the fixed seed so its hashes are reproducible.
-    """
-    return hash_function(hash_algo)(os.environ.get("PYTHONHASHSEED", NONE_HASH_SEED))
-
-
-def block_hashes(
-    token_ids: Sequence[int], block_size: int, hash_algo: str = "sha256", cache_salt: str | None = None
-) -> list[bytes]:
-    """The chained hash of every full block of a prompt (a partial last block has none)."""
-    hash_fn = hash_function(hash_algo)
-    parent = none_hash(hash_algo)
-    hashes = []
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
-        extra_keys = (("cache_salt", cache_salt),) if start == 0 and cache_salt else None
-        parent = hash_fn((parent, tuple(token_ids[start:start + block_size]), extra_keys))
-        hashes.append(parent)
-    return hashes
+from lab.block_hash import HASH_FUNCTIONS, block_hashes, hash_function, none_hash  # noqa: F401  (re-exported)
 
 
 class CacheFullError(RuntimeError):
