@@ -1,8 +1,9 @@
 """Run a workload through the real engine and record, per request, where its time to first token went.
 
 Per request, from vLLM's own timestamps: preprocessing (arrival to queued: tokenization, input
-checks), queueing (queued to first scheduled), prefill (scheduled to first token), TTFT (arrival to
-first token) and end-to-end latency. Offline mode submits every request at once (the article's batch
+checks, and in online runs any wait for the engine loop to take the request in), queueing (queued to
+first scheduled), prefill (scheduled to first token), TTFT (arrival to first token) and end-to-end
+latency. Offline mode submits every request at once (the article's batch
 test); online mode submits them at Poisson arrival times, so TTFT is what a user would see;
 sequential mode sends one request at a time (no queueing: TTFT is preprocessing plus prefill).
 """
@@ -98,14 +99,18 @@ def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time):
     submitted: dict[int, float] = {}
     peak_blocks, usable = kv_blocks(llm)
     peak_memory = process_memory_gib()
-    start = time.monotonic()
+    start, start_wall = time.monotonic(), time.time()
     with tqdm(total=len(token_ids), desc="requests", disable=not progress, leave=False) as bar:
         while len(outputs) < len(token_ids):
             now = time.monotonic() - start
             while pending and pending[0][1] <= now and not (one_at_a_time and engine.has_unfinished_requests()):
-                i, _ = pending.popleft()
-                engine.add_request(f"{run}-{i}", TokensPrompt(prompt_token_ids=token_ids[i]), params)
-                submitted[i] = now
+                i, planned = pending.popleft()
+                # A request that arrived while the engine was busy with a step is added late; its planned
+                # arrival time still starts its TTFT clock, so that wait counts as the user would see it.
+                arrived = now if one_at_a_time else planned
+                engine.add_request(f"{run}-{i}", TokensPrompt(prompt_token_ids=token_ids[i]), params,
+                                   arrival_time=start_wall + arrived)
+                submitted[i] = arrived
             if not engine.has_unfinished_requests():
                 time.sleep(min(0.01, max(0.0, pending[0][1] - now)))
                 continue
@@ -129,7 +134,7 @@ def _row(i: int, out, arrival_s: float) -> dict:
         "output_tokens": len(out.outputs[0].token_ids),
         "arrival_s": arrival_s,
         "ttft_s": ttft,
-        "preprocess_s": max(0.0, ttft - (m.first_token_ts - m.queued_ts)),
+        "preprocess_s": max(0.0, ttft - (m.first_token_ts - m.queued_ts)),  # incl. any wait to be added
         "queue_s": m.scheduled_ts - m.queued_ts,
         "prefill_s": m.first_token_ts - m.scheduled_ts,
         "e2e_s": ttft + (m.last_token_ts - m.first_token_ts),
