@@ -38,7 +38,7 @@ test: setup
 	$(BIN)/python -m pytest
 
 lab: setup
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:
 	rm -rf runs models
