@@ -258,11 +258,22 @@ def check_prompts(llm: vllm.LLM, prompts: Sequence[str | Sequence[int]], max_tok
     return token_ids
 
 
-def generate(llm: vllm.LLM, prompts: Sequence[str | Sequence[int]], max_tokens: int = 1, **sampling: Any) -> list:
-    """Greedy (by default) generation of checked prompts; returns vLLM's RequestOutputs in order."""
+def generate(
+    llm: vllm.LLM,
+    prompts: Sequence[str | Sequence[int]],
+    max_tokens: int = 1,
+    *,
+    cache_salt: str | None = None,
+    **sampling: Any,
+) -> list:
+    """Greedy (by default) generation of checked prompts; returns vLLM's RequestOutputs in order.
+
+    `cache_salt` isolates the prompts' cached blocks: only requests with the same salt share them.
+    """
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     token_ids = check_prompts(llm, prompts, max_tokens)
     params = SamplingParams(max_tokens=max_tokens, **({"temperature": 0.0} | sampling))
-    return llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in token_ids], params, use_tqdm=False)
+    salt = {"cache_salt": cache_salt} if cache_salt else {}
+    return llm.generate([TokensPrompt(prompt_token_ids=ids, **salt) for ids in token_ids], params, use_tqdm=False)

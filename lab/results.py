@@ -62,14 +62,20 @@ def hardware_line(env: dict[str, Any]) -> str:
     return f"{env['device']} | {env['backend']} | {env['vllm']} | torch {env['torch']} | python {env['python']}"
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str, *, overwrite: bool = False) -> None:
+    """Write via a temporary file beside `path`, so readers never see half a file. Without `overwrite`,
+    an existing file is never replaced (FileExistsError)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.link(tmp, path)  # fails if the file exists: an earlier run is never overwritten
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # fails if the file exists: an earlier run is never overwritten
     finally:
-        os.unlink(tmp)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def save_results(df: pd.DataFrame, name: str, env: dict[str, Any]) -> Path:
@@ -82,10 +88,10 @@ def save_results(df: pd.DataFrame, name: str, env: dict[str, Any]) -> Path:
         stem = f"{name}-{run_id}" + (f"-{attempt}" if attempt else "")
         csv_path = out / f"{stem}.csv"
         try:
-            _atomic_write(csv_path, df.to_csv(index=False))
+            write_atomically(csv_path, df.to_csv(index=False))
         except FileExistsError:
             continue
-        _atomic_write(out / f"{stem}.json", json.dumps({"name": name, "run_id": stem, "environment": env},
+        write_atomically(out / f"{stem}.json", json.dumps({"name": name, "run_id": stem, "environment": env},
                                                         indent=2, default=str) + "\n")
         return csv_path
     raise FileExistsError(f"could not find a free results file name for {name!r} under {out}")

@@ -12,7 +12,6 @@ import json
 import os
 import random
 import statistics
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from lab import PROJECT_ROOT
 from lab.model import CORPUS_DIR, ensure_model
+from lab.results import write_atomically
 
 Record = dict
 
@@ -230,13 +230,6 @@ def generate_workload(name: str, count: int | None = None, seed: int = 0) -> Wor
     return Workload(name, records, make_manifest(name, records, count, seed))
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)  # the content is a pure function of (name, count, seed): replacing is safe
-
-
 def load_workload(name: str, count: int | None = None, seed: int = 0) -> Workload:
     """The workload from data/workloads/, generated and saved first if it is not there."""
     _check(name, count)
@@ -247,6 +240,7 @@ def load_workload(name: str, count: int | None = None, seed: int = 0) -> Workloa
         records = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
         return Workload(name, records, json.loads(manifest_path.read_text()))
     workload = generate_workload(name, count, seed)
-    _write_atomically(jsonl, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in workload.records))
-    _write_atomically(manifest_path, json.dumps(workload.manifest, indent=2) + "\n")
+    # The content is a pure function of (name, count, seed), so replacing an existing file is safe.
+    write_atomically(jsonl, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in workload.records), overwrite=True)
+    write_atomically(manifest_path, json.dumps(workload.manifest, indent=2) + "\n", overwrite=True)
     return workload

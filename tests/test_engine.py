@@ -145,3 +145,10 @@ def test_a_newer_engine_closes_the_older_one_with_a_clear_error(engines):
     with pytest.raises(RuntimeError, match="shut down because a newer one was started"):
         generate(older, ["hello"])
     assert generate(newer, ["hello"])[0].outputs[0].token_ids
+
+
+def test_cache_salt_isolates_prefixes(llm):
+    llm.reset_prefix_cache()
+    generate(llm, [SHARED + " Where?"], cache_salt="tenant-a")
+    assert generate(llm, [SHARED + " When?"], cache_salt="tenant-b")[0].num_cached_tokens == 0
+    assert generate(llm, [SHARED + " How?"], cache_salt="tenant-a")[0].num_cached_tokens > 0

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from lab.engine import make_llm
+from lab.engine import generate, make_llm
 from lab.prefix_cache import PrefixCache
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -26,9 +26,6 @@ def next_prompt(rng, prefixes, histories, block_size, max_len):
 
 @pytest.mark.parametrize("block_size, usable_blocks", [(32, 24), (64, 12), (128, 8), (32, 400)])
 def test_cached_token_counts_match_vllm(block_size, usable_blocks):
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
-
     max_len = min(usable_blocks * block_size, 1024)
     # vLLM keeps one block as its null block, so N usable blocks need an override of N + 1.
     llm = make_llm(block_size=block_size, num_gpu_blocks_override=usable_blocks + 1, max_model_len=max_len)
@@ -38,10 +35,7 @@ def test_cached_token_counts_match_vllm(block_size, usable_blocks):
     histories, compared = [], []
     for i in range(60):
         token_ids, salt = next_prompt(rng, prefixes, histories, block_size, max_len - 8)
-        max_tokens = rng.choice([1, 1, 5])
-        params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-        prompt = TokensPrompt(prompt_token_ids=token_ids, **({"cache_salt": salt} if salt else {}))
-        out = llm.generate([prompt], params, use_tqdm=False)[0]
+        out = generate(llm, [token_ids], max_tokens=rng.choice([1, 1, 5]), cache_salt=salt, ignore_eos=True)[0]
         output = list(out.outputs[0].token_ids)
         ours = cache.allocate(f"r{i}", token_ids, cache_salt=salt)
         cache.append_tokens(f"r{i}", output[:-1])  # the last sampled token is never fed back
@@ -61,17 +55,13 @@ def test_cached_token_counts_match_vllm(block_size, usable_blocks):
 def test_decoded_tokens_fill_blocks_but_the_last_sampled_token_has_no_kv(max_tokens, expected_hit):
     """27 prompt tokens + 5 generated: K/V exist for 31 tokens, so block 0 is not full and not cached.
     With 6 generated, K/V cover 32 tokens: block 0 is full, cached, and the follow-up request hits it."""
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
-
     llm = make_llm(block_size=32, max_model_len=256)
     cache = PrefixCache(num_blocks=64, block_size=32)
     prompt = list(range(100, 127))
-    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-    output = list(llm.generate([TokensPrompt(prompt_token_ids=prompt)], params, use_tqdm=False)[0].outputs[0].token_ids)
+    output = list(generate(llm, [prompt], max_tokens=max_tokens, ignore_eos=True)[0].outputs[0].token_ids)
     cache.allocate("first", prompt)
     cache.append_tokens("first", output[:-1])
     cache.free("first")
     follow_up = prompt + output + list(range(500, 510))
-    vllm_hit = llm.generate([TokensPrompt(prompt_token_ids=follow_up)], params, use_tqdm=False)[0].num_cached_tokens
+    vllm_hit = generate(llm, [follow_up], max_tokens=max_tokens, ignore_eos=True)[0].num_cached_tokens
     assert vllm_hit == cache.allocate("second", follow_up) == expected_hit
