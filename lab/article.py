@@ -1,0 +1,51 @@
+"""The source article's figures, read from data/reference/article_claims.csv in one place.
+
+    claim("mean_ttft_no_cache")        # 2350.0 (ms, A100, Llama-2-7b-chat)
+    change_percent("requests_per_s")   # +82.4: the article's own off -> on change, from its two values
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pandas as pd
+
+from lab import PROJECT_ROOT
+
+CLAIMS_CSV = PROJECT_ROOT / "data" / "reference" / "article_claims.csv"
+SETTING = "A100 80GB, Llama-2-7b-chat, 1000 prompts"  # the article's test environment (section 4.1)
+
+# The lab's metric name -> the article's (caching off, caching on) claims for it.
+PAIRS = {
+    "mean_ttft_ms": ("mean_ttft_no_cache", "mean_ttft_prefix_cache"),
+    "requests_per_s": ("throughput_no_cache", "throughput_prefix_cache"),
+    "gpu_memory_gb": ("gpu_memory_no_cache", "gpu_memory_prefix_cache"),
+    "e2e_ttft_s": ("e2e_ttft_before", "e2e_ttft_after"),
+}
+
+
+@cache
+def claims() -> pd.DataFrame:
+    """Every figure, indexed by claim name: section, value (as written), unit, context."""
+    return pd.read_csv(CLAIMS_CSV, dtype={"value": str}).set_index("claim")
+
+
+def claim(name: str) -> float:
+    """A numeric figure of the article, in the unit the CSV gives."""
+    if name not in claims().index:
+        raise KeyError(f"the article has no figure named {name!r}; see {CLAIMS_CSV.name} for the names")
+    return float(claims().loc[name, "value"])
+
+
+def pair(metric: str) -> tuple[float, float]:
+    """The article's (caching off, caching on) values for one of the lab's metrics (see PAIRS)."""
+    if metric not in PAIRS:
+        raise KeyError(f"the article reports no off/on pair for {metric!r}; it does for {sorted(PAIRS)}")
+    off, on = PAIRS[metric]
+    return claim(off), claim(on)
+
+
+def change_percent(metric: str) -> float:
+    """The article's change from caching off to on, in %, computed from its two values."""
+    off, on = pair(metric)
+    return (on / off - 1) * 100

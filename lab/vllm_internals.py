@@ -1,0 +1,110 @@
+"""Every fact the lab reads from vLLM's non-public structure, one function each.
+
+vLLM's public API (`LLM`, `SamplingParams`, `RequestOutput`, `get_metrics`, the server) does not say
+which block size an engine chose, how many KV blocks it holds or uses, or how its block hashes are
+computed. These functions reach inside for exactly that, so a vLLM upgrade that moves something is
+fixed here and nowhere else. Checked against vLLM 0.32 (CPU and CUDA builds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import vllm
+
+
+def engine_loop(llm: vllm.LLM) -> Any:
+    """The `LLMEngine` behind `llm`: `add_request`, `step`, `has_unfinished_requests` (for timed arrivals)."""
+    return llm.llm_engine
+
+
+def _cache_config(llm: vllm.LLM) -> Any:
+    return llm.llm_engine.vllm_config.cache_config
+
+
+def block_size(llm: vllm.LLM) -> int:
+    """Tokens per KV block in use (the engine's choice when none was asked for)."""
+    return _cache_config(llm).block_size
+
+
+def hash_algo(llm: vllm.LLM) -> str:
+    """The prefix-cache hash algorithm (`--prefix-caching-hash-algo`)."""
+    return _cache_config(llm).prefix_caching_hash_algo
+
+
+def num_kv_blocks(llm: vllm.LLM) -> int:
+    """Usable KV blocks: the pool vLLM allocated, less the one null block it keeps back."""
+    return _cache_config(llm).num_gpu_blocks - 1
+
+
+def max_model_len(llm: vllm.LLM) -> int:
+    return llm.llm_engine.model_config.max_model_len
+
+
+def model_dtype(llm: vllm.LLM) -> str:
+    """The dtype the weights run in, e.g. 'float32'."""
+    return str(llm.llm_engine.model_config.dtype).removeprefix("torch.")
+
+
+def block_pool(llm: vllm.LLM) -> Any:
+    """vLLM's `BlockPool` (ref counts, free queue, hash -> block map), for teaching and measuring.
+
+    Only reachable when the engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, the
+    lab's default); otherwise raises RuntimeError.
+    """
+    engine_core = getattr(llm.llm_engine.engine_core, "engine_core", None)
+    if engine_core is None:
+        raise RuntimeError("vLLM's block pool lives in another process here; set VLLM_ENABLE_V1_MULTIPROCESSING=0 "
+                           "before starting the engine to read it")
+    return engine_core.scheduler.kv_cache_manager.block_pool
+
+
+def kv_blocks_in_use(llm: vllm.LLM) -> int:
+    """KV blocks held by running requests; a block shared by several requests counts once."""
+    try:
+        pool = block_pool(llm)
+    except RuntimeError:  # engine core in another process: the usage gauge, rounded to blocks
+        usage = next(m.value for m in llm.get_metrics() if m.name == "vllm:kv_cache_usage_perc")
+        return round(usage * num_kv_blocks(llm))
+    return pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()  # the null block is never free, never in use
+
+
+def close_engine(llm: vllm.LLM) -> None:
+    """Shut the engine core down now and free its KV cache. `LLM` has no close of its own; the engine-core
+    client's `shutdown` runs `EngineCore.shutdown` once, however often it is called."""
+    llm.llm_engine.engine_core.shutdown()
+
+
+def vllm_block_hashes(token_ids: Sequence[int], block_size: int, hash_algo: str = "sha256",
+                      cache_salt: str | None = None) -> list[bytes]:
+    """The chained hash of every full block, computed by vLLM's own `hash_block_tokens` (the function its
+    scheduler uses), with the same seed and extra keys as a request carrying `cache_salt`."""
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core import kv_cache_utils
+
+    hash_fn = get_hash_fn_by_name(hash_algo)
+    kv_cache_utils.init_none_hash(hash_fn)
+    parent, hashes = None, []
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        extra_keys = (("cache_salt", cache_salt),) if start == 0 and cache_salt else None
+        parent = kv_cache_utils.hash_block_tokens(hash_fn, parent, token_ids[start:start + block_size], extra_keys)
+        hashes.append(parent)
+    return hashes
+
+
+def server_engine_args(server_args: Sequence[str]) -> Any:
+    """The `EngineArgs` the OpenAI server builds from these flags, parsed by the server's own parser."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    return AsyncEngineArgs.from_cli_args(make_arg_parser(FlexibleArgumentParser()).parse_args(list(server_args)))
+
+
+def llm_engine_args(llm_kwargs: dict[str, Any]) -> Any:
+    """The `EngineArgs` that `vllm.LLM(**llm_kwargs)` starts its engine with, for these keyword arguments."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    return EngineArgs(**llm_kwargs)
