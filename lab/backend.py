@@ -1,7 +1,7 @@
 """Which vLLM build and device this process runs on, and the machine a results file was measured on.
 
 `configure_vllm_environment()` runs when `lab` is imported (any `lab` module), so the order of a
-notebook's imports never matters: vLLM reads these variables when it starts an engine.
+notebook's imports never matters: vLLM reads these variables lazily, when it starts an engine.
 """
 
 from __future__ import annotations

@@ -64,9 +64,9 @@ def run_workload(
         raise ValueError("prompts is empty: pass a non-empty list of prompts (e.g. load_workload(...).prompts)")
     arrivals = arrival_times(len(prompts), mode, rate, seed)
     token_ids = check_prompts(llm, prompts, max_tokens)  # every prompt is checked before any is sent
-    outputs, submitted, peak_blocks, peak_memory, usable = _drive(
+    outputs, submitted, sent, peak_blocks, peak_memory, usable = _drive(
         llm, token_ids, arrivals, max_tokens, progress, one_at_a_time=mode == "sequential")
-    rows = [_row(i, out, submitted[i]) for i, out in enumerate(outputs)]
+    rows = [_row(i, out, submitted[i]) | {"sent_s": sent[i]} for i, out in enumerate(outputs)]
     df = pd.DataFrame(rows)
     df.attrs = {"mode": mode, "rate": rate, "max_tokens": max_tokens, "peak_kv_blocks": peak_blocks,
                 "kv_blocks": usable, "peak_process_gib": round(peak_memory, 3)}
@@ -84,7 +84,8 @@ def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time):
     run = uuid.uuid4().hex[:8]
     pending = deque(enumerate(arrivals))
     outputs: dict[int, object] = {}
-    submitted: dict[int, float] = {}
+    submitted: dict[int, float] = {}  # when each request's TTFT clock starts
+    sent: dict[int, float] = {}  # when it was handed to the engine
     peak_blocks, usable = vllm_internals.kv_blocks_in_use(llm), vllm_internals.num_kv_blocks(llm)
     peak_memory = process_memory_gib()
     start, start_wall = time.monotonic(), time.time()
@@ -98,7 +99,7 @@ def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time):
                 arrived = now if one_at_a_time else planned
                 engine.add_request(f"{run}-{i}", TokensPrompt(prompt_token_ids=token_ids[i]), params,
                                    arrival_time=start_wall + arrived)
-                submitted[i] = arrived
+                submitted[i], sent[i] = arrived, time.monotonic() - start
             if not engine.has_unfinished_requests():
                 time.sleep(min(0.01, max(0.0, pending[0][1] - now)))
                 continue
@@ -109,7 +110,8 @@ def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time):
             peak_blocks = max(peak_blocks, vllm_internals.kv_blocks_in_use(llm))
             peak_memory = max(peak_memory, process_memory_gib())
     order = range(len(token_ids))
-    return [outputs[i] for i in order], [submitted[i] for i in order], peak_blocks, peak_memory, usable
+    return ([outputs[i] for i in order], [submitted[i] for i in order], [sent[i] for i in order],
+            peak_blocks, peak_memory, usable)
 
 
 def _row(i: int, out, arrival_s: float) -> dict:

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from lab.block_hash import HASH_FUNCTIONS, block_hashes, hash_function, none_hash  # noqa: F401  (re-exported)
+from lab.block_hash import HASH_FUNCTIONS, block_hashes, chain_hashes, full_blocks, hash_function, none_hash  # noqa: F401
 
 
 class CacheFullError(RuntimeError):
@@ -80,8 +80,9 @@ class PrefixCache:
         """How many prompt tokens a request would get from cache now (changes nothing)."""
         if not self.enable_caching:
             return 0
-        hashes = block_hashes(token_ids, self.block_size, self.hash_algo, cache_salt)
-        return len(self._longest_hit(hashes[:(len(token_ids) - 1) // self.block_size], token_ids)) * self.block_size
+        blocks = full_blocks(token_ids, self.block_size)
+        hashes = chain_hashes(blocks, self.hash_algo, cache_salt)
+        return len(self._longest_hit(hashes[:(len(token_ids) - 1) // self.block_size], blocks)) * self.block_size
 
     def allocate(self, request_id: str, token_ids: Sequence[int], cache_salt: str | None = None) -> int:
         """Give a request blocks for its prompt; returns how many prompt tokens come from cache."""
@@ -89,9 +90,10 @@ class PrefixCache:
             raise ValueError(f"request_id={request_id!r} already holds blocks; free it first")
         if len(token_ids) == 0:
             raise ValueError("token_ids is empty: a request needs at least one prompt token")
-        hashes = block_hashes(token_ids, self.block_size, self.hash_algo, cache_salt) if self.enable_caching else []
+        blocks = full_blocks(token_ids, self.block_size) if self.enable_caching else []
+        hashes = chain_hashes(blocks, self.hash_algo, cache_salt)
         max_hit_blocks = (len(token_ids) - 1) // self.block_size  # the last token is always computed
-        hit = self._longest_hit(hashes[:max_hit_blocks], token_ids)
+        hit = self._longest_hit(hashes[:max_hit_blocks], blocks)
         num_new = -(-len(token_ids) // self.block_size) - len(hit)
         needed = num_new + sum(b.ref_count == 0 for b in hit)  # hit blocks in the free queue leave it too
         if needed > self.num_free_blocks:
@@ -107,7 +109,7 @@ class PrefixCache:
         self._touch(hit)
         self.tables[request_id] = hit + [self._take_free_block() for _ in range(num_new)]
         self.token_ids[request_id], self.salts[request_id] = list(token_ids), cache_salt
-        self._register_full_blocks(request_id, first=len(hit), hashes=hashes)
+        self._register_full_blocks(request_id, first=len(hit), hashes=hashes, blocks=blocks)
         return len(hit) * self.block_size
 
     def append_tokens(self, request_id: str, new_token_ids: Sequence[int]) -> None:
@@ -121,8 +123,9 @@ class PrefixCache:
             raise CacheFullError(f"request {request_id!r} needs {num_new} more blocks; {self.num_free_blocks} are free")
         table.extend(self._take_free_block() for _ in range(num_new))
         if self.enable_caching:
-            hashes = block_hashes(token_ids, self.block_size, self.hash_algo, self.salts[request_id])
-            self._register_full_blocks(request_id, first=num_full_before, hashes=hashes)
+            blocks = full_blocks(token_ids, self.block_size)
+            hashes = chain_hashes(blocks, self.hash_algo, self.salts[request_id])
+            self._register_full_blocks(request_id, first=num_full_before, hashes=hashes, blocks=blocks)
 
     def free(self, request_id: str) -> None:
         """Release a request's blocks; they stay cached until their block is reused."""
@@ -152,14 +155,14 @@ class PrefixCache:
             raise KeyError(f"request_id={request_id!r} holds no blocks (never allocated, or already freed)")
         return self.tables[request_id]
 
-    def _longest_hit(self, hashes: list[bytes], token_ids: Sequence[int]) -> list[Block]:
+    def _longest_hit(self, hashes: list[bytes], blocks: list[tuple[int, ...]]) -> list[Block]:
         hit = []
-        for i, block_hash in enumerate(hashes):
+        for block_hash, tokens in zip(hashes, blocks):
             holders = self.cached.get(block_hash)
             if not holders:
                 break
             block = next(iter(holders.values()))
-            if block.token_ids != tuple(token_ids[i * self.block_size:(i + 1) * self.block_size]):
+            if block.token_ids != tokens:
                 break  # a hash collision: never hand out another prompt's K/V
             hit.append(block)
         return hit
@@ -185,10 +188,11 @@ class PrefixCache:
         block.block_hash = block.token_ids = None
         self.stats.evictions += 1
 
-    def _register_full_blocks(self, request_id: str, first: int, hashes: list[bytes]) -> None:
+    def _register_full_blocks(self, request_id: str, first: int, hashes: list[bytes],
+                              blocks: list[tuple[int, ...]]) -> None:
         """Cache blocks `first`.. of a request that are full (a hash may gain a duplicate block)."""
-        table, token_ids, size = self.tables[request_id], self.token_ids[request_id], self.block_size
+        table = self.tables[request_id]
         for i in range(first, len(hashes)):
             block = table[i]
-            block.block_hash, block.token_ids = hashes[i], tuple(token_ids[i * size:(i + 1) * size])
+            block.block_hash, block.token_ids = hashes[i], blocks[i]
             self.cached.setdefault(hashes[i], {})[block.block_id] = block

