@@ -67,9 +67,16 @@ def save_results(df: pd.DataFrame, name: str, env: dict[str, Any]) -> Path:
     raise FileExistsError(f"could not find a free results file name for {name!r} under {out}")
 
 
+def _run_order(path: Path) -> tuple[str, int]:
+    run_id = path.stem.rsplit("-", 2)
+    stamp, attempt = (run_id[-2], int(run_id[-1])) if run_id[-1].isdigit() else (run_id[-1], 0)
+    return stamp, attempt
+
+
 def load_latest(name: str) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The most recent results table saved under `name`, with its provenance."""
-    candidates = sorted(results_dir().glob(f"{name}-*.csv"), key=lambda p: p.stat().st_mtime)
+    """The most recent results table saved under `name`, with its provenance. Runs are ordered by the run id
+    in their file name (a timestamp), not by file times, which a fresh clone sets all alike."""
+    candidates = sorted(results_dir().glob(f"{name}-*.csv"), key=_run_order)
     if not candidates:
         raise FileNotFoundError(f"no results named {name!r} under {results_dir()}; run the notebook or `make run` first")
     latest = candidates[-1]

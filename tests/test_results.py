@@ -39,3 +39,14 @@ def test_empty_results_and_missing_results_are_named(results_dir):
     with pytest.raises(FileNotFoundError, match="no results named 'nothing'"):
         load_latest("nothing")
     assert not list(results_dir.iterdir())
+
+
+def test_the_latest_run_is_found_by_its_run_id_not_by_file_times(results_dir):
+    import os
+
+    for stem, value in [("demo-20260101T000000", 1), ("demo-20260102T000000", 2), ("demo-20260102T000000-1", 3)]:
+        (results_dir / f"{stem}.csv").write_text(f"x\n{value}\n")
+        (results_dir / f"{stem}.json").write_text(json.dumps({"run_id": stem}))
+    for path in results_dir.iterdir():
+        os.utime(path, (0, 0))  # as a fresh clone leaves them: all alike
+    assert load_latest("demo")[0]["x"].tolist() == [3]
