@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pandas as pd
 
 from lab import PROJECT_ROOT, article
@@ -60,7 +61,8 @@ def _gain_note(offline: pd.DataFrame) -> str:
     against_article = "smaller" if gain > theirs else "larger"
     return (f"Throughput rose {gain:.2f}x with caching on; with a token hit rate of {hit_rate:.3f} it {against_bound} "
             f"that skipping cached prefill allows, 1 / (1 - {hit_rate:.3f}) = {bound:.2f}x. The article's gain, "
-            f"{theirs:.2f}x, is {against_article}; it does not report its workload's hit rate, on which the gain depends.")
+            f"{theirs:.2f}x, is {against_article}; it does not report its workload's hit rate, on which the gain depends "
+            "(`10_capacity` measures how, below).")
 
 
 def _online_note(online_env: dict, offline: pd.DataFrame) -> str:
@@ -68,6 +70,66 @@ def _online_note(online_env: dict, offline: pd.DataFrame) -> str:
     no_cache = offline.set_index("metric").loc["requests_per_s", "cache off"]
     return (f"**Online** ({online_env['online_prompts']} requests, Poisson arrivals at {rate} requests/s, "
             f"{rate / no_cache:.0%} of the no-cache offline throughput of this run):")
+
+
+def _latest_or_none(name: str):
+    try:
+        return load_latest(name)
+    except FileNotFoundError:
+        return None, None
+
+
+def _markdown_table(df: pd.DataFrame) -> str:
+    lines = ["| " + " | ".join(df.columns) + " |", "|---" * len(df.columns) + "|"]
+    for _, row in df.iterrows():
+        lines.append("| " + " | ".join(v if isinstance(v, str) else _fmt(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def capacity_section() -> list[str]:
+    """Gain vs hit rate, the hit rate the article's numbers imply, capacity at a TTFT target and the cost at
+    zero hits, from the latest `10_capacity` run (nothing when it has not run)."""
+    gain, meta = _latest_or_none("10_capacity-gain")
+    if gain is None:
+        return []
+    implied, _ = load_latest("10_capacity-implied_hit_rate")
+    cap, _ = load_latest("10_capacity-capacity")
+    zero, _ = load_latest("10_capacity-zero_hit")
+    env = meta["environment"]
+    curve = pd.DataFrame({"shared fraction": gain.shared_fraction, "token hit rate h": gain.hit_rate,
+                          "bound 1/(1-h)": gain.bound, "throughput gain": gain.throughput_gain,
+                          "mean TTFT change": [f"{v:+.0%}" for v in gain.ttft_change]})
+    implied_h = implied.drop(columns="model").to_numpy()
+    capacity_rows = pd.DataFrame({
+        "dataset": cap.dataset, "target p99 TTFT (ms)": cap["target p99 TTFT (ms)"],
+        "capacity off (req/s)": cap["capacity off (req/s)"], "capacity on (req/s)": cap["capacity on (req/s)"],
+        "ratio": [f"{v:.2f}x" if v != float("inf") else "off meets no swept rate" for v in cap["capacity ratio"]],
+        "hit rate h (on)": cap["hit rate (on, highest rate)"], "bound 1/(1-h)": cap["bound 1/(1-h)"]})
+    ratio, low, high = zero[["ratio", "low", "high"]].iloc[0]
+    return [
+        "",
+        f"**The gain as a function of the hit rate** (`10_capacity`, run `{meta['run_id']}`, "
+        f"{env['gain_prompts']} prompts of {env['prompt_tokens']} tokens per point, submitted at once):",
+        "",
+        _markdown_table(curve),
+        "",
+        f"Read backwards, the article's +{article.change_percent('requests_per_s'):.0f}% throughput and "
+        f"{article.change_percent('mean_ttft_ms'):+.0f}% mean TTFT correspond to a token hit rate of "
+        f"{np.nanmin(implied_h):.2f}-{np.nanmax(implied_h):.2f} (this curve and the A100 projection of `04`), against "
+        f"{env['article_1000_hit_rate']:.2f} for `article_1000` at block size {env['block_size']}: the gap between "
+        "`04` and the article is what a lower hit rate predicts.",
+        "",
+        f"**Capacity at a TTFT target** (`vllm bench serve` against the real server, Poisson rates "
+        f"{', '.join(str(r) for r in env['rates'])} req/s, about {env['seconds_per_rate']} s each; target: p99 TTFT "
+        f"at most {env['target_factor']}x the caching-off p99 with one request in flight):",
+        "",
+        _markdown_table(capacity_rows),
+        "",
+        f"**The cost at zero hits** ({env['zero_hit_pairs']} off/on pairs in alternating order, "
+        f"{env['zero_hit_prompts']} prompts sharing nothing): throughput with caching on / off {ratio:.3f}, 95% interval "
+        f"{low:.3f}-{high:.3f}: " + ("not distinguishable from noise on this machine." if low <= 1 <= high
+                                    else "a measurable difference on this machine."),
+    ]
 
 
 def results_section() -> str:
@@ -96,11 +158,14 @@ def results_section() -> str:
         "Block size (`03_block_size_sweep`, vLLM at the sizes this back-end accepts, run "
         f"`{sweep_meta['run_id']}`): largest size keeping 95% of the smallest size's hit rate: "
         + ", ".join(f"{w} {s}" for w, s in recommended.items()) + f"; across all {len(recommended)}, **{recommended.min()}**.",
+        *capacity_section(),
         "",
         "![with/without](figures/04_cache_on_vs_off-changes.png)",
         "![TTFT distribution](figures/04_cache_on_vs_off-ttft_cdf.png)",
         "![hit rate vs block size](figures/03_block_size_sweep-hit_rate.png)",
         "![TTFT breakdown under load](figures/01_ttft_breakdown-load.png)",
+        *(["![gain vs hit rate](figures/10_capacity-gain_vs_hit_rate.png)",
+           "![TTFT vs offered rate](figures/10_capacity-ttft_vs_rate.png)"] if _latest_or_none("10_capacity-gain")[0] is not None else []),
     ]
     return "\n".join(parts)
 

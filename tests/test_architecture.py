@@ -16,7 +16,7 @@ LAYERS = [
     {"backend", "model", "article"},
     {"block_hash", "prefix_cache", "radix_cache", "mini_engine"},
     {"engine_settings", "vllm_internals", "engine", "server"},
-    {"workloads", "measure", "results", "plots", "report", "runner", "bench"},
+    {"workloads", "measure", "results", "plots", "report", "runner", "bench", "capacity", "serving_bench"},
 ]
 LAB = PROJECT_ROOT / "lab"
 MODULES = sorted(p.stem for p in LAB.glob("*.py") if p.stem != "__init__")

@@ -49,3 +49,24 @@ def test_readme_is_rewritten_only_between_the_markers(results, tmp_path, monkeyp
     update_readme()
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text and "| mean TTFT" in text
+
+
+def test_the_capacity_rows_come_from_the_capacity_results(results):
+    assert "gain as a function of the hit rate" not in results_section(), "nothing before 10_capacity has run"
+    env = environment(notebook="10_capacity", gain_prompts=8, prompt_tokens=512, block_size=32, rates=[4, 16],
+                      seconds_per_rate=1.5, target_factor=3, zero_hit_pairs=2, zero_hit_prompts=8,
+                      article_1000_hit_rate=0.845)
+    save_results(pd.DataFrame({"shared_fraction": [0.0, 0.9], "hit_rate": [0.0, 0.8], "bound": [1.0, 5.0],
+                               "throughput_gain": [1.0, 3.0], "ttft_change": [0.0, -0.6]}), "10_capacity-gain", env)
+    save_results(pd.DataFrame({"model": ["measured here", "A100 projection"], "x": [0.6, 0.46], "y": [0.66, 0.47]}),
+                 "10_capacity-implied_hit_rate", env)
+    save_results(pd.DataFrame({"dataset": ["custom"], "target p99 TTFT (ms)": [300.0], "capacity off (req/s)": [4.0],
+                               "capacity on (req/s)": [16.0], "capacity ratio": [4.0],
+                               "hit rate (on, highest rate)": [0.7], "bound 1/(1-h)": [3.33]}), "10_capacity-capacity", env)
+    save_results(pd.DataFrame({"pair": [0, 0], "caching": ["off", "on"], "ratio": [0.99] * 2, "low": [0.95] * 2,
+                               "high": [1.03] * 2}), "10_capacity-zero_hit", env)
+    text = results_section()
+    assert "| 0.9 | 0.8 | 5 | 3 | -60% |" in text
+    assert "token hit rate of 0.46-0.66" in text and "0.84 for `article_1000`" in text
+    assert "| custom | 300 | 4 | 16 | 4.00x | 0.7 | 3.33 |" in text
+    assert "on / off 0.990, 95% interval 0.950-1.030: not distinguishable from noise" in text

@@ -1,0 +1,94 @@
+"""lab.capacity: controlled shared-fraction prompts, the bound, the inversion, the A100 projection, capacity,
+the interval; and the gain curve on the real engine."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from lab.capacity import (a100_curve, amdahl_bound, capacity, gain_vs_hit_rate, hit_rate_for, ratio_interval,
+                          shared_fraction_prompts, zero_hit_runs)
+from lab.prefix_cache import PrefixCache
+from lab.workloads import tokenizer
+
+BLOCK = 32
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.5, 0.9])
+def test_prompts_have_one_length_and_the_shared_share_asked_for(fraction):
+    prompts = shared_fraction_prompts(tokenizer(), 10, fraction, 512)
+    assert {len(p) for p in prompts} == {512}
+    shared = round(fraction * 512)
+    assert all(p[:shared] == prompts[0][:shared] for p in prompts)
+    assert len({tuple(p[shared:shared + 8]) for p in prompts}) == 10, "the rest is each prompt's own"
+    cache = PrefixCache(num_blocks=1000, block_size=BLOCK)
+    for i, p in enumerate(prompts):
+        cache.allocate(str(i), p)
+        cache.free(str(i))
+    expected = 9 / 10 * (shared // BLOCK * BLOCK) / 512  # the first prompt finds nothing
+    assert cache.stats.hit_rate == pytest.approx(expected, abs=BLOCK / 512)
+
+
+def test_bad_fractions_and_sizes_are_named():
+    with pytest.raises(ValueError, match=r"fraction=1.0 must be a number in \[0, 1\)"):
+        shared_fraction_prompts(tokenizer(), 4, 1.0, 128)
+    with pytest.raises(ValueError, match="count=0"):
+        shared_fraction_prompts(tokenizer(), 0, 0.5, 128)
+    with pytest.raises(ValueError, match="prompt_tokens=1"):
+        shared_fraction_prompts(tokenizer(), 4, 0.5, 1)
+    with pytest.raises(ValueError, match="hit_rate=-0.1"):
+        amdahl_bound(-0.1)
+
+
+def test_bound_and_inversion():
+    assert amdahl_bound(0.0) == 1 and amdahl_bound(0.75) == pytest.approx(4.0)
+    table = pd.DataFrame({"hit_rate": [0.0, 0.5, 0.8], "throughput_gain": [1.0, 1.5, 3.0]})
+    assert hit_rate_for(table, "throughput_gain", 2.25) == pytest.approx(0.65)
+    assert math.isnan(hit_rate_for(table, "throughput_gain", 5.0)), "no extrapolation past what was measured"
+
+
+def test_a100_projection_gains_follow_the_hit_rate():
+    curve = a100_curve([2000] * 100, [16] * 100, [0.0, 0.5, 0.9])
+    assert curve.throughput_gain.iloc[0] == pytest.approx(1.0)
+    assert curve.throughput_gain.is_monotonic_increasing
+    assert curve.throughput_gain.iloc[2] < amdahl_bound(0.9), "decode keeps the projection under the bound"
+    assert curve.ttft_change.iloc[2] == pytest.approx(1 / curve.throughput_gain.iloc[2] - 1)
+
+
+def test_capacity_is_the_highest_rate_before_the_first_miss():
+    sweep = pd.DataFrame({"request_rate": [2, 4, 8, 16], "p99_ttft_ms": [50, 80, 400, 90]})
+    assert capacity(sweep, 100) == 4, "16 passes again but comes after a miss"
+    assert capacity(sweep, 10) == 0.0
+    with pytest.raises(ValueError, match="target_ms=0"):
+        capacity(sweep, 0)
+
+
+def test_interval_brackets_the_mean_and_narrows_with_agreement():
+    mean, low, high = ratio_interval([0.98, 1.0, 1.02, 0.99, 1.01])
+    assert low < mean < high and mean == pytest.approx(1.0) and high - low < 0.03
+    wide = ratio_interval([0.7, 1.3, 0.8, 1.2])
+    assert wide[2] - wide[1] > high - low
+    with pytest.raises(ValueError, match="at least two"):
+        ratio_interval([1.0])
+
+
+def test_the_gain_grows_with_the_hit_rate_on_the_real_engine():
+    from lab.model import ensure_model
+
+    sets = {f: shared_fraction_prompts(tokenizer(), 6, f, 384) for f in (0.0, 0.9)}
+    table = gain_vs_hit_rate(str(ensure_model()), sets, block_size=BLOCK, max_tokens=2, progress=False)
+    low, high = table.set_index("shared_fraction").loc[[0.0, 0.9]].itertuples()
+    assert low.hit_rate == 0 and 0.6 < high.hit_rate < 0.9
+    assert high.throughput_gain > 1.3 * low.throughput_gain and high.ttft_change < low.ttft_change
+    assert high.throughput_gain <= high.bound * 1.15
+
+
+def test_zero_hit_runs_alternate_and_share_nothing():
+    from lab.model import ensure_model
+
+    prompts = shared_fraction_prompts(tokenizer(), 4, 0.0, 256)
+    runs = zero_hit_runs(str(ensure_model()), prompts, pairs=2, block_size=BLOCK, max_tokens=2, progress=False)
+    assert runs.caching.tolist() == ["off", "on", "on", "off"]
+    assert (runs.hit_rate == 0).all() and (runs.requests_per_s > 0).all()
+    with pytest.raises(ValueError, match="pairs=1"):
+        zero_hit_runs(str(ensure_model()), prompts, pairs=1, block_size=BLOCK, max_tokens=2)

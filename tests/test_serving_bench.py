@@ -1,0 +1,71 @@
+"""lab.serving_bench: vLLM's own benchmark client against the real server; the hit rate from /metrics; bad
+input rejected before a benchmark starts."""
+
+import json
+import math
+
+import pytest
+
+from lab.server import VLLMServer
+from lab.serving_bench import bench_serve, export_custom_dataset, sweep_rates, unloaded_run
+
+SHARED = "Answer as the support assistant of a bookshop. " * 40
+
+
+@pytest.fixture(scope="module")
+def server():
+    with VLLMServer(block_size=32, dev_endpoints=True, engine_args={"max_model_len": 1024}) as running:
+        yield running
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    return export_custom_dataset([f"{SHARED} Question {i}: where is my order?" for i in range(12)], tmp_path / "d.jsonl")
+
+
+def test_a_run_reports_ttft_and_the_servers_hit_rate(server, dataset):
+    server.reset_prefix_cache()
+    row = bench_serve(server, request_rate=math.inf, num_prompts=6, output_tokens=4, dataset_path=dataset)
+    assert row["completed"] == 6 and row["p99_ttft_ms"] >= row["p50_ttft_ms"] > 0
+    assert 0.5 < row["hit_rate"] < 1, "six prompts behind one long shared text"
+    server.reset_prefix_cache()
+    again = unloaded_run(server, num_prompts=6, output_tokens=4, dataset_path=dataset)
+    assert again["hit_rate"] == pytest.approx(row["hit_rate"]), "after a reset the cache starts empty again"
+
+
+def test_a_sweep_offers_the_rates_asked_for(server, dataset):
+    sweep = sweep_rates(server, [4, 12], seconds_per_rate=0.5, min_prompts=4, output_tokens=2, dataset_path=dataset,
+                        progress=False)
+    assert sweep.request_rate.tolist() == [4, 12] and sweep.num_prompts.tolist() == [4, 6]
+    assert (sweep.offered_rate > 0).all() and (sweep.hit_rate > 0).all()
+
+
+def test_bad_input_fails_before_the_benchmark(server, dataset, tmp_path):
+    with pytest.raises(ValueError, match="request_rate=0"):
+        bench_serve(server, request_rate=0, num_prompts=2, dataset_path=dataset)
+    with pytest.raises(ValueError, match="dataset='sharegpt'"):
+        bench_serve(server, request_rate=1, num_prompts=2, dataset="sharegpt")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        bench_serve(server, request_rate=1, num_prompts=2, dataset_path=tmp_path / "none.jsonl")
+    with pytest.raises(ValueError, match="holds 12 prompts but num_prompts=20"):
+        bench_serve(server, request_rate=1, num_prompts=20, dataset_path=dataset)
+    long = export_custom_dataset(["word " * 2000], tmp_path / "long.jsonl")
+    with pytest.raises(ValueError, match=r"long.jsonl line 1: a prompt of \d+ tokens .* context of 1024"):
+        bench_serve(server, request_rate=1, num_prompts=1, dataset_path=long)
+    with pytest.raises(ValueError, match="rates is empty"):
+        sweep_rates(server, [], seconds_per_rate=1, dataset_path=dataset)
+
+
+def test_a_server_that_is_not_up_is_named(dataset):
+    idle = VLLMServer(block_size=32)
+    with pytest.raises(RuntimeError, match="is not up"):
+        bench_serve(idle, request_rate=1, num_prompts=2, dataset_path=dataset)
+    with pytest.raises(RuntimeError, match="dev_endpoints=True"):
+        idle.reset_prefix_cache()
+
+
+def test_the_exported_dataset_is_what_vllm_reads(dataset):
+    lines = [json.loads(line) for line in dataset.read_text().splitlines()]
+    assert len(lines) == 12 and set(lines[0]) == {"prompt"}
+    with pytest.raises(FileExistsError):
+        export_custom_dataset(["x"], dataset)
