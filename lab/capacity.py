@@ -66,25 +66,31 @@ def shared_fraction_prompts(tokenizer, count: int, fraction: float, prompt_token
 
 
 def gain_vs_hit_rate(model_path: str, prompts_by_fraction: dict[float, list[list[int]]], *, block_size: int | None,
-                     max_tokens: int, progress: bool = True) -> pd.DataFrame:
+                     max_tokens: int, repeats: int = 3, progress: bool = True) -> pd.DataFrame:
     """Each prompt set submitted at once (offline) with caching off, then on, one engine per setting and the
-    cache emptied between sets. One row per shared fraction: the measured token hit rate, its bound, the
-    throughput gain and the mean TTFT change."""
+    cache emptied before every run. Each set runs `repeats` times and its fastest run counts (like timeit:
+    a shared machine only ever slows a run down). One row per shared fraction: the measured token hit
+    rate, its bound, the throughput gain and the mean TTFT change."""
     from tqdm.auto import tqdm
 
-    summaries = {}
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats={repeats!r} must be a positive integer")
+    best = {}
     for caching in (False, True):
         llm = make_llm(model_path, enable_prefix_caching=caching, block_size=block_size)
         warm_up = next(iter(prompts_by_fraction.values()))
         run_workload(llm, warm_up, max_tokens=max_tokens, mode="offline", progress=False)  # first-run costs, unmeasured
-        for fraction, prompts in tqdm(prompts_by_fraction.items(), desc=f"caching {'on' if caching else 'off'}",
-                                      disable=not progress, leave=False):
+        runs = [(f, r) for r in range(repeats) for f in prompts_by_fraction]
+        for fraction, _ in tqdm(runs, desc=f"caching {'on' if caching else 'off'}", disable=not progress, leave=False):
             llm.reset_prefix_cache()
-            df = run_workload(llm, prompts, max_tokens=max_tokens, mode="offline", progress=False)
-            summaries[fraction, caching] = summarize(df)
+            summary = summarize(run_workload(llm, prompts_by_fraction[fraction], max_tokens=max_tokens,
+                                             mode="offline", progress=False))
+            key = fraction, caching
+            if key not in best or summary["requests_per_s"] > best[key]["requests_per_s"]:
+                best[key] = summary
     rows = []
     for fraction in prompts_by_fraction:
-        off, on = summaries[fraction, False], summaries[fraction, True]
+        off, on = best[fraction, False], best[fraction, True]
         rows.append({"shared_fraction": fraction, "hit_rate": on["hit_rate"], "bound": 1 / (1 - on["hit_rate"]),
                      "throughput_gain": on["requests_per_s"] / off["requests_per_s"],
                      "ttft_change": on["mean_ttft_ms"] / off["mean_ttft_ms"] - 1,
