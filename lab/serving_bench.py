@@ -1,9 +1,9 @@
 """vLLM's own benchmark client (`vllm bench serve`) against a lab server: one run, a sweep of request
 rates, and the prefix-cache hit rate the benchmark does not report (read from the server's /metrics).
 
-    with VLLMServer(block_size=32) as server:
+    with VLLMServer(block_size=32, dev_endpoints=True) as server:     # dev endpoints: the cache is emptied per rate
         path = export_custom_dataset(workload.prompts, tmp / "prompts.jsonl")
-        sweep = sweep_rates(server, [2, 4, 8], dataset_path=path, num_prompts=40, output_tokens=16)
+        sweep = sweep_rates(server, [2, 4, 8], seconds_per_rate=5, dataset_path=path, output_tokens=16)
 """
 
 from __future__ import annotations
