@@ -33,7 +33,7 @@ def test_online_requests_reach_the_engine_at_their_arrival_times(llm_on, prompts
     late = df.sent_s - df.arrival_s
     assert (late >= 0).all(), "no request is sent before it arrives"
     assert df.sent_s.iloc[-1] >= df.arrival_s.iloc[-1] > 0.3, "the run lasts as long as the schedule"
-    assert late.median() < 0.5 * (df.arrival_s.iloc[-1] / 7), "sent close to the plan, not in one burst"
+    assert late.median() < df.arrival_s.iloc[-1] / 7, "sent within a mean gap of the plan, not in one late burst"
     assert (df.ttft_s >= late).all(), "waiting to be sent counts in TTFT"
 
 
