@@ -24,10 +24,20 @@ PAIRS = {
 }
 
 
+VERDICTS = ("reproduced", "corrected", "unverifiable", "not applicable")
+
+
 @cache
 def claims() -> pd.DataFrame:
-    """Every figure, indexed by claim name: section, value (as written), unit, context."""
-    return pd.read_csv(CLAIMS_CSV, dtype={"value": str}).set_index("claim")
+    """The claims ledger, indexed by claim name: section, value (as written), unit, context, the lab's
+    verdict and its evidence (`notebooks/NN_x.ipynb#Heading`, `results:NAME` or `tests/file.py::test`,
+    several joined by " ; ")."""
+    return pd.read_csv(CLAIMS_CSV, dtype={"value": str}, keep_default_na=False).set_index("claim")
+
+
+def evidence(name: str) -> list[str]:
+    """The pointers to a claim's evidence."""
+    return [e.strip() for e in claims().loc[name, "evidence"].split(";") if e.strip()]
 
 
 def claim(name: str) -> float:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lab import vllm_internals
-from lab.engine_settings import engine_settings
+from lab.engine_settings import EngineSettings, engine_settings
 
 if TYPE_CHECKING:
     import vllm
@@ -47,12 +47,16 @@ def make_llm(
     milliseconds with a message that says what would work, not after vLLM has spent seconds starting up.
     """
     require_vllm()
-    settings = engine_settings(model, enable_prefix_caching=enable_prefix_caching, block_size=block_size,
-                               **engine_args)
-    os.environ.update(settings.environment())
+    return start_llm(engine_settings(model, enable_prefix_caching=enable_prefix_caching, block_size=block_size,
+                                     **engine_args))
 
+
+def start_llm(settings: EngineSettings) -> vllm.LLM:
+    """Start an engine with these settings as it stands (no further checks), after shutting down the one
+    started before."""
     from vllm import LLM
 
+    os.environ.update(settings.environment())
     global _previous_engine
     if _previous_engine is not None and (previous := _previous_engine()) is not None:
         close(previous)

@@ -29,7 +29,7 @@ class EngineSettings:
     """Engine arguments (vLLM's `EngineArgs` names) plus the one setting vLLM reads from the environment."""
 
     model: str
-    enable_prefix_caching: bool = True
+    enable_prefix_caching: bool | None = True  # None: vLLM's own default (on, in the V1 engine)
     block_size: int | None = None  # None: the back-end's default
     seed: int = 0
     enforce_eager: bool = False  # the CPU default is True: the engine starts in seconds, not half a minute
@@ -41,10 +41,9 @@ class EngineSettings:
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `vllm.LLM`."""
         kwargs = {"model": self.model, "enable_prefix_caching": self.enable_prefix_caching, "seed": self.seed,
-                  "enforce_eager": self.enforce_eager, "dtype": self.dtype, "disable_log_stats": self.disable_log_stats}
-        if self.block_size is not None:
-            kwargs["block_size"] = self.block_size
-        return kwargs | dict(self.engine_args)
+                  "enforce_eager": self.enforce_eager, "dtype": self.dtype, "disable_log_stats": self.disable_log_stats,
+                  "block_size": self.block_size}
+        return {name: value for name, value in (kwargs | dict(self.engine_args)).items() if value is not None}
 
     def server_args(self) -> list[str]:
         """The same settings as server flags (after the model, which the caller places)."""

@@ -149,6 +149,19 @@ def capacity_section() -> list[str]:
     ]
 
 
+def claims_section() -> list[str]:
+    """The verdicts of the claims ledger, counted, with the claims under each."""
+    ledger = article.claims()
+    lines = ["", f"**The article's claims** ({len(ledger)} in `data/reference/article_claims.csv`; every verdict but "
+                 "`unverifiable` and `not applicable` points to its evidence: a notebook section, a results file or a "
+                 "test):", "",
+             "| verdict | claims | which |", "|---|---|---|"]
+    for verdict in article.VERDICTS:
+        names = ledger.index[ledger.verdict == verdict]
+        lines.append(f"| {verdict} | {len(names)} | {', '.join(f'`{n}`' for n in names)} |")
+    return lines
+
+
 def results_section() -> str:
     offline, meta = load_latest("04_cache_on_vs_off-offline")
     online, online_meta = load_latest("04_cache_on_vs_off-online")
@@ -176,6 +189,7 @@ def results_section() -> str:
         f"`{sweep_meta['run_id']}`): largest size keeping 95% of the smallest size's hit rate: "
         + ", ".join(f"{w} {s}" for w, s in recommended.items()) + f"; across all {len(recommended)}, **{recommended.min()}**.",
         *capacity_section(),
+        *claims_section(),
         "",
         "![with/without](figures/04_cache_on_vs_off-changes.png)",
         "![TTFT distribution](figures/04_cache_on_vs_off-ttft_cdf.png)",

@@ -1,5 +1,6 @@
 """lab.engine: input validation (before vLLM starts) and the real engine on this machine's back-end."""
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -9,7 +10,7 @@ import pytest
 import lab.engine
 from lab import vllm_internals
 from lab.backend import backend, describe_backend, vllm_version
-from lab.engine import generate, make_llm
+from lab.engine import generate, make_llm, start_llm
 from lab.engine_settings import check_block_size, engine_settings, model_config, resolve_model
 
 
@@ -60,22 +61,29 @@ def test_an_accepted_block_size_reaches_both_renderings(name, accepted, on_backe
 def test_the_lab_precheck_agrees_with_vllm_on_this_backend():
     """block_size=16 is vLLM's CUDA default and rejected by its CPU back-end: vLLM itself, started without
     the lab's check, must agree with the check."""
-    from vllm import LLM
-
     try:
         check_block_size(16)
         lab_accepts = True
     except ValueError:
         lab_accepts = False
-    settings = engine_settings(None, max_model_len=256)
+    unchecked = dataclasses.replace(engine_settings(None, max_model_len=256), block_size=16)
     try:
-        llm = LLM(**settings.llm_kwargs() | {"block_size": 16})
+        llm = start_llm(unchecked)
     except ValueError as err:
         assert not lab_accepts, f"the lab accepts block_size=16 on {backend()} but vLLM rejects it: {err}"
         assert "block size" in str(err).lower()
     else:
-        vllm_internals.close_engine(llm)
         assert lab_accepts, f"vLLM accepts block_size=16 on {backend()} but the lab rejects it"
+        assert vllm_internals.block_size(llm) == 16
+
+
+def test_vllm_caches_prefixes_by_default():
+    """The article says to pass --enable-prefix-caching; in vLLM's V1 engine caching is on unless turned off."""
+    settings = dataclasses.replace(engine_settings(None, block_size=32, max_model_len=1024), enable_prefix_caching=None)
+    assert "enable_prefix_caching" not in settings.llm_kwargs() and "prefix-caching" not in " ".join(settings.server_args())
+    llm = start_llm(settings)
+    first, second = (generate(llm, [SHARED + ending])[0] for ending in (" Where?", " When?"))
+    assert first.num_cached_tokens == 0 and second.num_cached_tokens > 0
 
 
 def test_missing_model_path_is_named(tmp_path, no_engine_start):

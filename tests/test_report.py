@@ -72,3 +72,12 @@ def test_the_capacity_rows_come_from_the_capacity_results(results):
     assert "token hit rate of 0.46-0.66" in text and "0.84 for `article_1000`" in text
     assert "| custom | 300 | 4-16 | >= 16 | 4.00x | 0.7 | 3.33 |" in text
     assert "on / off 0.990, 95% interval 0.950-1.030: not distinguishable from noise" in text
+
+
+def test_the_verdict_table_counts_the_ledger(results):
+    from lab import article
+
+    text = results_section()
+    counts = article.claims().verdict.value_counts()
+    for verdict in article.VERDICTS:
+        assert f"| {verdict} | {counts.get(verdict, 0)} | " in text
