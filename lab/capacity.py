@@ -65,6 +65,15 @@ def shared_fraction_prompts(tokenizer, count: int, fraction: float, prompt_token
     return prompts
 
 
+def _warm_engine(model_path: str, caching: bool, block_size: int | None, prompts: list[list[int]],
+                 max_tokens: int):
+    """A fresh engine that has run `prompts` once, unmeasured (first-run costs), with an empty cache."""
+    llm = make_llm(model_path, enable_prefix_caching=caching, block_size=block_size)
+    run_workload(llm, prompts, max_tokens=max_tokens, mode="offline", progress=False)
+    llm.reset_prefix_cache()
+    return llm
+
+
 def gain_vs_hit_rate(model_path: str, prompts_by_fraction: dict[float, list[list[int]]], *, block_size: int | None,
                      max_tokens: int, repeats: int = 3, progress: bool = True) -> pd.DataFrame:
     """Each prompt set submitted at once (offline) with caching off, then on, one engine per setting and the
@@ -77,9 +86,7 @@ def gain_vs_hit_rate(model_path: str, prompts_by_fraction: dict[float, list[list
         raise ValueError(f"repeats={repeats!r} must be a positive integer")
     best = {}
     for caching in (False, True):
-        llm = make_llm(model_path, enable_prefix_caching=caching, block_size=block_size)
-        warm_up = next(iter(prompts_by_fraction.values()))
-        run_workload(llm, warm_up, max_tokens=max_tokens, mode="offline", progress=False)  # first-run costs, unmeasured
+        llm = _warm_engine(model_path, caching, block_size, next(iter(prompts_by_fraction.values())), max_tokens)
         runs = [(f, r) for r in range(repeats) for f in prompts_by_fraction]
         for fraction, _ in tqdm(runs, desc=f"caching {'on' if caching else 'off'}", disable=not progress, leave=False):
             llm.reset_prefix_cache()
@@ -110,9 +117,7 @@ def zero_hit_runs(model_path: str, prompts: list[list[int]], *, pairs: int, bloc
     rows = []
     runs = [(pair, caching) for pair in range(pairs) for caching in ((False, True) if pair % 2 == 0 else (True, False))]
     for pair, caching in tqdm(runs, desc="zero-hit runs", disable=not progress, leave=False):
-        llm = make_llm(model_path, enable_prefix_caching=caching, block_size=block_size)
-        run_workload(llm, prompts, max_tokens=max_tokens, mode="offline", progress=False)  # first-run costs, unmeasured
-        llm.reset_prefix_cache()
+        llm = _warm_engine(model_path, caching, block_size, prompts, max_tokens)
         summary = summarize(run_workload(llm, prompts, max_tokens=max_tokens, mode="offline", progress=False))
         rows.append({"pair": pair, "caching": "on" if caching else "off", "requests_per_s": summary["requests_per_s"],
                      "mean_ttft_ms": summary["mean_ttft_ms"], "hit_rate": summary["hit_rate"]})

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +68,6 @@ def _flag(name: str, value: Any) -> list[str]:
         if name in SWITCHES:
             return [flag] if value else []
         return [flag] if value else ["--no-" + flag[2:]]
-    if value is None:
-        return []
     if isinstance(value, (dict, list)):
         return [flag, json.dumps(value)]
     return [flag, str(value)]
@@ -154,8 +152,7 @@ def engine_settings(
         "enforce_eager": backend() == "cpu",
         "dtype": "float32" if "lab_preset" in config else "auto",
     }
-    own = {name: engine_args.pop(name) for name in ("seed", "enforce_eager", "dtype", "disable_log_stats")
-           if name in engine_args}
+    own = {f.name: engine_args.pop(f.name) for f in fields(EngineSettings) if f.name in engine_args}
     return EngineSettings(model=model_path, enable_prefix_caching=enable_prefix_caching, block_size=block_size,
                           engine_args=engine_args, cpu_kvcache_gib=os.environ.get("VLLM_CPU_KVCACHE_SPACE",
                                                                                   DEFAULT_CPU_KVCACHE_GIB),

@@ -39,16 +39,17 @@ def _fmt(value: float) -> str:
 
 
 def comparison_markdown(table: pd.DataFrame, with_article: bool) -> str:
-    header = "| metric | cache off | cache on | change |" + (" article off | article on | article change |" if with_article else "")
-    lines = [header, "|---" * (7 if with_article else 4) + "|"]
+    rows = []
     for _, row in table.iterrows():
-        cells = [LABELS.get(row.metric, row.metric), _fmt(row["cache off"]), _fmt(row["cache on"]),
-                 "" if pd.isna(row["change_%"]) else f"{row['change_%']:+.0f}%"]
+        cells = {"metric": LABELS.get(row.metric, row.metric), "cache off": row["cache off"], "cache on": row["cache on"],
+                 "change": "" if pd.isna(row["change_%"]) else f"{row['change_%']:+.0f}%"}
         if with_article:
-            off, on = article.pair(row.metric) if row.metric in article.PAIRS else (None, None)
-            cells += [_fmt(off), _fmt(on), f"{article.change_percent(row.metric):+.0f}%"] if off else ["", "", ""]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            reported = row.metric in article.PAIRS
+            off, on = article.pair(row.metric) if reported else (None, None)
+            cells |= {"article off": off, "article on": on,
+                      "article change": f"{article.change_percent(row.metric):+.0f}%" if reported else ""}
+        rows.append(cells)
+    return _markdown_table(pd.DataFrame(rows))
 
 
 def _gain_note(offline: pd.DataFrame) -> str:
@@ -80,6 +81,7 @@ def _latest_or_none(name: str):
 
 
 def _markdown_table(df: pd.DataFrame) -> str:
+    """Strings as they are, numbers through _fmt, missing values empty."""
     lines = ["| " + " | ".join(df.columns) + " |", "|---" * len(df.columns) + "|"]
     for _, row in df.iterrows():
         lines.append("| " + " | ".join(v if isinstance(v, str) else _fmt(v) for v in row) + " |")
@@ -168,6 +170,7 @@ def results_section() -> str:
     env = meta["environment"]
     sweep, sweep_meta = load_latest("03_block_size_sweep-vllm")
     recommended = recommend_block_size(sweep)
+    capacity = capacity_section()
     parts = [
         f"Measured by `make run` (profile `{env.get('profile')}`), run `{meta['run_id']}`, on: "
         f"{hardware_line(env)}; model: {describe_model(env['model'])}; "
@@ -188,7 +191,7 @@ def results_section() -> str:
         "Block size (`03_block_size_sweep`, vLLM at the sizes this back-end accepts, run "
         f"`{sweep_meta['run_id']}`): largest size keeping 95% of the smallest size's hit rate: "
         + ", ".join(f"{w} {s}" for w, s in recommended.items()) + f"; across all {len(recommended)}, **{recommended.min()}**.",
-        *capacity_section(),
+        *capacity,
         *claims_section(),
         "",
         "![with/without](figures/04_cache_on_vs_off-changes.png)",
@@ -196,7 +199,7 @@ def results_section() -> str:
         "![hit rate vs block size](figures/03_block_size_sweep-hit_rate.png)",
         "![TTFT breakdown under load](figures/01_ttft_breakdown-load.png)",
         *(["![gain vs hit rate](figures/10_capacity-gain_vs_hit_rate.png)",
-           "![TTFT vs offered rate](figures/10_capacity-ttft_vs_rate.png)"] if _latest_or_none("10_capacity-gain")[0] is not None else []),
+           "![TTFT vs offered rate](figures/10_capacity-ttft_vs_rate.png)"] if capacity else []),
     ]
     return "\n".join(parts)
 

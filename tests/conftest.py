@@ -27,3 +27,16 @@ def engines():
         return started[key]
 
     return get
+
+
+@pytest.fixture
+def on_backend(monkeypatch):
+    """`on_backend("cpu")`: the lab behaves as on that back-end (LAB_BACKEND) for the rest of the test."""
+    from lab.backend import backend
+
+    def set_backend(name):
+        monkeypatch.setenv("LAB_BACKEND", name)
+        backend.cache_clear()
+
+    yield set_backend
+    backend.cache_clear()

@@ -25,16 +25,6 @@ def no_engine_start(monkeypatch):
     monkeypatch.setattr(vllm, "LLM", refuse)
 
 
-@pytest.fixture
-def on_backend(monkeypatch):
-    def set_backend(name):
-        monkeypatch.setenv("LAB_BACKEND", name)
-        backend.cache_clear()
-
-    yield set_backend
-    backend.cache_clear()
-
-
 @pytest.mark.parametrize("bad", [0, -32, 32.0, "32", True])
 def test_block_size_must_be_a_positive_integer(bad, no_engine_start):
     with pytest.raises(ValueError, match=r"block_size=.*positive integer"):

@@ -7,7 +7,6 @@ import socket
 
 import pytest
 
-from lab.backend import backend
 from lab.model import ensure_model
 from lab.server import ServerStartError, VLLMServer, parse_metrics, stream_completion
 
@@ -54,18 +53,14 @@ def test_a_model_the_server_cannot_load_fails_with_its_log(tmp_path):
     assert server.process.poll() is not None
 
 
-def test_bad_arguments_fail_before_any_process_starts(tmp_path, monkeypatch):
+def test_bad_arguments_fail_before_any_process_starts(tmp_path, on_backend):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         VLLMServer(tmp_path / "missing")
     with pytest.raises(ValueError, match="block_size=0 must be a positive integer"):
         VLLMServer(block_size=0)
-    monkeypatch.setenv("LAB_BACKEND", "cpu")
-    backend.cache_clear()
-    try:
-        with pytest.raises(ValueError, match="multiple of 32"):
-            VLLMServer(block_size=16)
-    finally:
-        backend.cache_clear()
+    on_backend("cpu")
+    with pytest.raises(ValueError, match="multiple of 32"):
+        VLLMServer(block_size=16)
 
 
 def test_the_command_carries_the_engine_settings():
