@@ -75,10 +75,11 @@ def test_interval_brackets_the_mean_and_narrows_with_agreement():
 def test_the_gain_grows_with_the_hit_rate_on_the_real_engine():
     from lab.model import ensure_model
 
-    sets = {f: shared_fraction_prompts(tokenizer(), 6, f, 384) for f in (0.0, 0.9)}
+    # Big enough that a few engine steps more or less do not decide the ratio (6 x 384 tokens once gave 1.3x the bound)
+    sets = {f: shared_fraction_prompts(tokenizer(), 16, f, 512) for f in (0.0, 0.9)}
     table = gain_vs_hit_rate(str(ensure_model()), sets, block_size=BLOCK, max_tokens=2, repeats=2, progress=False)
     low, high = table.set_index("shared_fraction").loc[[0.0, 0.9]].itertuples()
-    assert low.hit_rate == 0 and 0.6 < high.hit_rate < 0.9
+    assert low.hit_rate == 0 and 0.7 < high.hit_rate < 0.9
     assert high.throughput_gain > 1.3 * low.throughput_gain and high.ttft_change < low.ttft_change
     assert high.throughput_gain <= high.bound * 1.25
 
