@@ -3,15 +3,21 @@
 One in-process engine at a time: shutting an in-process engine down tears down process-wide state
 (vLLM's parallel groups) that every other live engine in the process uses. So `make_llm` first shuts
 down the engine it started before (using that one afterwards raises a clear error).
+
+What vLLM and torch print while an engine starts (NUMA binding, Triton, weight-loading bars) goes to a log
+file, not into the notebook; if start-up fails, the end of that log comes with the error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
+import tempfile
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lab import vllm_internals
@@ -26,6 +32,7 @@ INSTALL_HINT = (
 )
 
 _previous_engine: weakref.ref | None = None
+START_LOG = Path(tempfile.gettempdir()) / f"prefix-cache-lab-engine-{os.getpid()}.log"  # the latest start-up's output
 
 
 def require_vllm() -> None:
@@ -36,7 +43,7 @@ def require_vllm() -> None:
 def make_llm(
     model: str | os.PathLike | None = None,
     *,
-    enable_prefix_caching: bool = True,
+    enable_prefix_caching: bool | None = True,
     block_size: int | None = None,
     **engine_args: Any,
 ) -> vllm.LLM:
@@ -54,15 +61,43 @@ def make_llm(
 def start_llm(settings: EngineSettings) -> vllm.LLM:
     """Start an engine with these settings as it stands (no further checks), after shutting down the one
     started before."""
-    from vllm import LLM
-
     os.environ.update(settings.environment())
     global _previous_engine
     if _previous_engine is not None and (previous := _previous_engine()) is not None:
         close(previous)
-    llm = LLM(**settings.llm_kwargs())
+    with start_up_output_to(START_LOG):
+        from vllm import LLM  # its first import prints, too
+
+        llm = LLM(**settings.llm_kwargs())
     _previous_engine = weakref.ref(llm)
     return llm
+
+
+@contextlib.contextmanager
+def start_up_output_to(log_path: Path) -> Iterator[None]:
+    """Send everything printed inside the block, from Python or from C++ (file descriptors 1 and 2), to
+    `log_path`; on an exception, the end of the log is printed before the error propagates."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    try:
+        with open(log_path, "w") as log:
+            for fd in saved:
+                os.dup2(log.fileno(), fd)
+            try:
+                with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                    yield
+            finally:
+                log.flush()
+                for fd, original in saved.items():
+                    os.dup2(original, fd)
+    except BaseException:
+        print(f"engine start-up output (end of {log_path}):\n" + "\n".join(log_path.read_text().splitlines()[-30:]),
+              file=sys.stderr)
+        raise
+    finally:
+        for original in saved.values():
+            os.close(original)
 
 
 def close(llm: vllm.LLM) -> None:

@@ -138,12 +138,15 @@ def check_max_model_len(max_model_len: Any, config: dict) -> None:
 def engine_settings(
     model: str | os.PathLike | None = None,
     *,
-    enable_prefix_caching: bool = True,
+    enable_prefix_caching: bool | None = True,
     block_size: int | None = None,
     **engine_args: Any,
 ) -> EngineSettings:
     """The lab's settings for this back-end and model, after checking every input; `engine_args` are
-    further `EngineArgs` by name (`max_model_len`, `num_gpu_blocks_override`, ...) and win over the defaults."""
+    further `EngineArgs` by name (`max_model_len`, `num_gpu_blocks_override`, ...) and win over the defaults.
+    `enable_prefix_caching=None` passes no caching setting at all: vLLM's own default applies (on, in V1)."""
+    if enable_prefix_caching is not None and not isinstance(enable_prefix_caching, bool):
+        raise ValueError(f"enable_prefix_caching={enable_prefix_caching!r}: use True, False or None (vLLM's default)")
     check_block_size(block_size)
     model_path = resolve_model(model)
     config = model_config(model_path)
@@ -153,6 +156,7 @@ def engine_settings(
         "dtype": "float32" if "lab_preset" in config else "auto",
     }
     own = {f.name: engine_args.pop(f.name) for f in fields(EngineSettings) if f.name in engine_args}
+    engine_args = {"use_tqdm_on_load": False} | engine_args  # in Jupyter, vLLM's loading bar is a widget per start
     return EngineSettings(model=model_path, enable_prefix_caching=enable_prefix_caching, block_size=block_size,
                           engine_args=engine_args, cpu_kvcache_gib=os.environ.get("VLLM_CPU_KVCACHE_SPACE",
                                                                                   DEFAULT_CPU_KVCACHE_GIB),

@@ -144,6 +144,7 @@ def summarize(df: pd.DataFrame) -> pd.Series:
         "p50_ttft_ms": ttft_ms.quantile(0.5),
         "p90_ttft_ms": ttft_ms.quantile(0.9),
         "p99_ttft_ms": ttft_ms.quantile(0.99),
+        "mean_preprocess_ms": df.preprocess_s.mean() * 1e3,
         "mean_queue_ms": df.queue_s.mean() * 1e3,
         "mean_prefill_ms": df.prefill_s.mean() * 1e3,
         "requests_per_s": len(df) / makespan,
@@ -152,11 +153,19 @@ def summarize(df: pd.DataFrame) -> pd.Series:
         "hit_rate": df.cached_tokens.sum() / df.prompt_tokens.sum(),
     }
     attrs = df.attrs
+    if attrs.get("mode") == "online" and len(df) > 1:
+        summary["offered_rate_per_s"] = offered_rate(df)
     if "peak_kv_blocks" in attrs:
         summary |= {"peak_kv_blocks": attrs["peak_kv_blocks"],
                     "peak_kv_usage": attrs["peak_kv_blocks"] / attrs["kv_blocks"],
                     "peak_process_gib": attrs["peak_process_gib"]}
     return pd.Series(summary, name="value")
+
+
+def offered_rate(df: pd.DataFrame) -> float:
+    """Requests per second the arrival times actually delivered (a seeded Poisson draw is not its mean rate)."""
+    span = df.arrival_s.max() - df.arrival_s.min()
+    return (len(df) - 1) / span if span > 0 else float("nan")
 
 
 def compare(off: pd.Series, on: pd.Series) -> pd.DataFrame:

@@ -11,16 +11,19 @@ group) when the `with` block ends, when a cell fails, or when Python exits.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +80,7 @@ def serve_command(settings: EngineSettings, host: str, port: int, extra_args: Se
 @dataclass(eq=False)
 class VLLMServer:
     model: str | os.PathLike | None = None
-    enable_prefix_caching: bool = True
+    enable_prefix_caching: bool | None = True  # None: no flag, vLLM's default (on)
     block_size: int | None = None
     engine_args: Mapping[str, Any] = field(default_factory=dict)  # further EngineArgs, as for make_llm
     extra_args: Sequence[str] = ()  # further server flags, passed as they are
@@ -233,6 +236,51 @@ def stream_completion(client, model: str, prompt: str, max_tokens: int = 8, **ex
                         prompt_tokens=usage.prompt_tokens if usage else 0,
                         cached_tokens=(details.cached_tokens or 0) if details else 0,
                         completion_tokens=usage.completion_tokens if usage else 0)
+
+
+def complete_concurrently(client, model: str, prompts: Sequence[str], *, concurrency: int, max_tokens: int = 8,
+                          progress: bool = True) -> list[StreamResult]:
+    """Stream every prompt with at most `concurrency` requests in flight (a thread each); results in prompt
+    order."""
+    from tqdm.auto import tqdm
+
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"concurrency={concurrency!r}: use a positive number of requests in flight, e.g. 8")
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        futures = [pool.submit(stream_completion, client, model, p, max_tokens) for p in prompts]
+        for future in tqdm(futures, desc="requests", disable=not progress, leave=False):
+            future.result()
+    return [f.result() for f in futures]
+
+
+@contextlib.contextmanager
+def scraping(server: VLLMServer, names: Sequence[str], interval_s: float = 0.1) -> Iterator[list[dict]]:
+    """Scrape `/metrics` every `interval_s` from a background thread while the block runs. Yields the list
+    it fills: one row per scrape, `seconds` since the start and the value of each of `names`; the last row
+    is taken after the block ends."""
+    if not interval_s > 0:
+        raise ValueError(f"interval_s={interval_s!r}: use a positive number of seconds between scrapes")
+    rows: list[dict] = []
+    stop = threading.Event()
+    start = time.perf_counter()
+
+    def scrape() -> None:
+        values = server.metrics()
+        rows.append({"seconds": time.perf_counter() - start} | {n: values.get(n, float("nan")) for n in names})
+
+    def loop() -> None:
+        while not stop.is_set():
+            scrape()
+            stop.wait(interval_s)
+
+    thread = threading.Thread(target=loop, name="metrics-scraper", daemon=True)
+    thread.start()
+    try:
+        yield rows
+    finally:
+        stop.set()
+        thread.join()
+        scrape()
 
 
 @atexit.register

@@ -48,6 +48,35 @@ def model_dtype(llm: vllm.LLM) -> str:
     return str(llm.llm_engine.model_config.dtype).removeprefix("torch.")
 
 
+TUNING = {  # the engine-argument name -> where the running engine keeps its resolved value
+    "max_num_seqs": "scheduler_config", "max_num_batched_tokens": "scheduler_config",
+    "gpu_memory_utilization": "cache_config", "enforce_eager": "model_config", "dtype": "model_config",
+    "enable_prefix_caching": "cache_config", "block_size": "cache_config",
+}
+
+
+def tuning(llm: vllm.LLM, name: str) -> Any:
+    """The value a running engine settled on for one of TUNING's engine arguments (after the per-hardware
+    defaults were applied), e.g. tuning(llm, "max_num_seqs") -> 256."""
+    if name not in TUNING:
+        raise KeyError(f"{name!r}: the lab reads these resolved settings: {sorted(TUNING)}")
+    value = getattr(getattr(llm.llm_engine.vllm_config, TUNING[name]), name)
+    return str(value).removeprefix("torch.") if name == "dtype" else value
+
+
+def engine_arg_default(name: str) -> Any:
+    """vLLM's declared default for an `EngineArgs` field; None means it is decided when the engine starts
+    (from the hardware and whether it is the `LLM` class or the server)."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    field = {f.name: f for f in dataclasses.fields(EngineArgs)}.get(name)
+    if field is None:
+        raise KeyError(f"vLLM's EngineArgs has no field {name!r}")
+    return field.default_factory() if field.default is dataclasses.MISSING else field.default
+
+
 def block_pool(llm: vllm.LLM) -> Any:
     """vLLM's `BlockPool` (ref counts, free queue, hash -> block map), for teaching and measuring.
 
@@ -69,6 +98,18 @@ def kv_blocks_in_use(llm: vllm.LLM) -> int:
         usage = next(m.value for m in llm.get_metrics() if m.name == "vllm:kv_cache_usage_perc")
         return round(usage * num_kv_blocks(llm))
     return pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()  # the null block is never free, never in use
+
+
+def ref_counts(llm: vllm.LLM) -> dict[int, int]:
+    """How many KV blocks are held by 1, 2, ... running requests (reference count -> blocks), e.g.
+    {1: 2, 2: 4}: four blocks shared by two requests, two held by one. The null block is left out."""
+    pool = block_pool(llm)
+    null_block = getattr(pool, "null_block", None)
+    counts: dict[int, int] = {}
+    for block in pool.blocks:
+        if block.ref_cnt > 0 and block is not null_block:
+            counts[block.ref_cnt] = counts.get(block.ref_cnt, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def close_engine(llm: vllm.LLM) -> None:

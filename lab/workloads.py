@@ -162,7 +162,8 @@ def chat(count: int = 40, seed: int = 0, turns: int = 5) -> list[Record]:
 
 def prompt_design(count: int = 100, seed: int = 0) -> list[Record]:
     """The article's before/after pair: one template, the same per-request variables (name, date, order),
-    placed through the template ("scattered") or gathered at its end ("gathered")."""
+    placed through the template ("scattered") or gathered at its end ("gathered"); and the layout of the
+    article's own "optimised" template, each variable on a labelled line of its own at the start ("fields_first")."""
     rng = random.Random(seed)
     sections = [text_of_tokens(rng, 150, "policy") for _ in range(4)]
     records = []
@@ -173,8 +174,11 @@ def prompt_design(count: int = 100, seed: int = 0) -> list[Record]:
                      f"{sections[2]}\n{sections[3]}\nQuestion: {question}")
         gathered = (f"{sections[0]}\n{sections[1]}\n{sections[2]}\n{sections[3]}\n"
                     f"Customer {name} wrote on {date}. Order {order}.\nQuestion: {question}")
+        fields_first = (f"Customer: {name}\nDate: {date}\nOrder: {order}\n{sections[0]}\n{sections[1]}\n"
+                        f"{sections[2]}\n{sections[3]}\nQuestion: {question}")
         records += [{"id": f"design-scattered-{i}", "variant": "scattered", "prompt": scattered},
-                    {"id": f"design-gathered-{i}", "variant": "gathered", "prompt": gathered}]
+                    {"id": f"design-gathered-{i}", "variant": "gathered", "prompt": gathered},
+                    {"id": f"design-fields_first-{i}", "variant": "fields_first", "prompt": fields_first}]
     return records
 
 

@@ -3,6 +3,7 @@
 import dataclasses
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 import lab.engine
 from lab import vllm_internals
 from lab.backend import backend, describe_backend, vllm_version
-from lab.engine import generate, make_llm, start_llm
+from lab.engine import generate, make_llm, start_llm, start_up_output_to
 from lab.engine_settings import check_block_size, engine_settings, model_config, resolve_model
 
 
@@ -182,3 +183,16 @@ def test_cache_salt_isolates_prefixes(llm):
     generate(llm, [SHARED + " Where?"], cache_salt="tenant-a")
     assert generate(llm, [SHARED + " When?"], cache_salt="tenant-b")[0].num_cached_tokens == 0
     assert generate(llm, [SHARED + " How?"], cache_salt="tenant-a")[0].num_cached_tokens > 0
+
+
+def test_start_up_output_goes_to_the_log_and_comes_back_on_failure(tmp_path, capfd):
+    log = tmp_path / "start.log"
+    with start_up_output_to(log):
+        print("from python")
+        os.write(2, b"from C, on fd 2\n")
+    assert capfd.readouterr() == ("", "")
+    assert sorted(log.read_text().splitlines()) == ["from C, on fd 2", "from python"]
+    with pytest.raises(RuntimeError, match="boom"), start_up_output_to(log):
+        os.write(1, b"the reason\n")
+        raise RuntimeError("boom")
+    assert "the reason" in capfd.readouterr().err

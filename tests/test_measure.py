@@ -64,7 +64,7 @@ def hand_made(ttft, cached, prompt):
     n = len(ttft)
     return pd.DataFrame({"request": range(n), "prompt_tokens": prompt, "cached_tokens": cached,
                          "output_tokens": [1] * n, "arrival_s": [0.0] * n, "ttft_s": ttft,
-                         "queue_s": [0.0] * n, "prefill_s": ttft, "e2e_s": ttft})
+                         "preprocess_s": [0.0] * n, "queue_s": [0.0] * n, "prefill_s": ttft, "e2e_s": ttft})
 
 
 def test_summarize_and_compare_on_hand_made_frames():
@@ -78,6 +78,14 @@ def test_summarize_and_compare_on_hand_made_frames():
     assert pd.isna(table.loc["hit_rate", "change_%"]), "no % change from zero"
     with pytest.raises(ValueError):
         summarize(pd.DataFrame())
+
+
+def test_online_summary_reports_the_rate_the_arrivals_delivered():
+    df = hand_made([0.1] * 5, [0] * 5, [100] * 5).assign(arrival_s=[0.0, 0.5, 1.0, 3.0, 4.0])
+    df.attrs = {"mode": "online", "rate": 2.0}
+    assert summarize(df)["offered_rate_per_s"] == 1.0, "4 gaps in 4 s, whatever rate was planned"
+    df.attrs = {"mode": "offline"}
+    assert "offered_rate_per_s" not in summarize(df)
 
 
 def test_arrival_times_are_seeded_poisson():

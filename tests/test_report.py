@@ -7,10 +7,10 @@ from lab.report import recommend_block_size, results_section, update_readme
 from lab.results import environment, save_results
 
 
-def test_recommendation_keeps_95_percent_of_the_best_hit_rate():
+def test_recommendation_is_the_lowest_ttft_and_the_larger_size_on_a_tie():
     sweep = pd.DataFrame({"workload": ["a"] * 3 + ["b"] * 3, "block_size": [32, 64, 128] * 2,
-                          "vllm_hit_rate": [0.80, 0.79, 0.70, 0.60, 0.50, 0.40]})
-    assert recommend_block_size(sweep).to_dict() == {"a": 64, "b": 32}
+                          "mean_ttft_ms": [10.0, 10.4, 12.0, 10.0, 11.0, 9.0]})
+    assert recommend_block_size(sweep).to_dict() == {"a": 64, "b": 128}
 
 
 @pytest.fixture
@@ -23,7 +23,8 @@ def results(tmp_path, monkeypatch):
                           "change_%": [-50.0, 50.0, float("nan")]})
     save_results(table, "04_cache_on_vs_off-offline", env)
     save_results(table, "04_cache_on_vs_off-online", env)
-    save_results(pd.DataFrame({"workload": ["a", "a"], "block_size": [32, 64], "vllm_hit_rate": [0.5, 0.49]}),
+    save_results(pd.DataFrame({"workload": ["a", "a"], "block_size": [32, 64], "vllm_hit_rate": [0.5, 0.49],
+                               "mean_ttft_ms": [10.0, 10.2]}),
                  "03_block_size_sweep-vllm", env)
 
 
@@ -81,3 +82,14 @@ def test_the_verdict_table_counts_the_ledger(results):
     counts = article.claims().verdict.value_counts()
     for verdict in article.VERDICTS:
         assert f"| {verdict} | {counts.get(verdict, 0)} | " in text
+
+
+def test_the_online_rate_is_the_one_the_arrivals_delivered(results):
+    env = environment(n_prompts=10, max_tokens=4, block_size=32, online_rate=8.0, online_prompts=5,
+                      model=str(ensure_model("tiny")))
+    online = pd.DataFrame({"metric": ["mean_ttft_ms", "offered_rate_per_s"], "cache off": [20.0, 7.0],
+                           "cache on": [10.0, 7.0], "change_%": [-50.0, 0.0]})
+    save_results(online, "04_cache_on_vs_off-online", env)
+    text = results_section()
+    assert "delivering 7.00 requests/s (planned mean 8.0), 70% of the no-cache offline throughput" in text
+    assert "| arrival rate offered (req/s) | 7 | 7 |" in text

@@ -8,7 +8,8 @@ import socket
 import pytest
 
 from lab.model import ensure_model
-from lab.server import ServerStartError, VLLMServer, parse_metrics, stream_completion
+from lab.server import (ServerStartError, VLLMServer, complete_concurrently, parse_metrics, scraping,
+                        stream_completion)
 
 
 def port_open(port: int) -> bool:
@@ -25,7 +26,9 @@ def process_group_alive(pgid: int) -> bool:
 
 
 def test_serves_streams_reports_cached_tokens_and_stops_cleanly():
-    with VLLMServer(block_size=32) as server:
+    # no caching flag at all: the server caches prefixes by vLLM's own default
+    with VLLMServer(block_size=32, enable_prefix_caching=None) as server:
+        assert not any("prefix-caching" in arg for arg in server.command())
         assert server.healthy() and port_open(server.port)
         client = server.client()
         prompt = "Please summarise the meeting notes in three bullet points. " * 20
@@ -36,6 +39,16 @@ def test_serves_streams_reports_cached_tokens_and_stops_cleanly():
         metrics = server.metrics()
         assert metrics["vllm:prefix_cache_hits_total"] >= second.cached_tokens
         assert metrics["vllm:prefix_cache_queries_total"] >= first.prompt_tokens + second.prompt_tokens
+        names = ["vllm:prefix_cache_hits_total", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
+        with scraping(server, names, interval_s=0.05) as scrapes:
+            results = complete_concurrently(client, server.model_name, [prompt + f"Item {i}." for i in range(12)],
+                                            concurrency=6, max_tokens=48, progress=False)
+        assert [r.completion_tokens for r in results] == [48] * 12
+        assert sum(r.cached_tokens for r in results) > 0
+        assert max(row["vllm:num_requests_running"] for row in scrapes) > 1, "scraped while requests were in flight"
+        assert max(row["vllm:kv_cache_usage_perc"] for row in scrapes) > 0, "the usage gauge moves under load"
+        hits = [row["vllm:prefix_cache_hits_total"] for row in scrapes]
+        assert hits == sorted(hits) and len(scrapes) >= 3
         pgid = server.process.pid
     assert server.process.poll() is not None
     assert not port_open(server.port) and not process_group_alive(pgid), "nothing outlives the server"
@@ -81,3 +94,9 @@ def test_parse_metrics_sums_label_sets():
         'vllm:kv_cache_usage_perc{engine="0"} 0.25\n'
     )
     assert parse_metrics(text) == {"vllm:prefix_cache_hits_total": 100.0, "vllm:kv_cache_usage_perc": 0.25}
+
+
+@pytest.mark.parametrize("concurrency", [0, -2, 1.5, True])
+def test_concurrency_must_be_a_positive_count(concurrency):
+    with pytest.raises(ValueError, match=r"concurrency=.*positive number of requests in flight"):
+        complete_concurrently(None, "lab-model", ["a"], concurrency=concurrency)

@@ -1,6 +1,7 @@
 """lab.vllm_internals against the running engine: each fact read from vLLM's structure agrees with what the
 public API and the block arithmetic say."""
 
+import pytest
 from vllm import SamplingParams
 from vllm.inputs import TokensPrompt
 
@@ -27,6 +28,7 @@ def test_blocks_in_use_count_shared_blocks_once_and_fall_back_to_zero(engines):
     assert vllm_internals.kv_blocks_in_use(llm) == 4 + 1 + 1
     shared_counts = [block.ref_cnt for block in vllm_internals.block_pool(llm).blocks if block.ref_cnt > 1]
     assert shared_counts == [2] * 4, "the four shared blocks are held by both requests"
+    assert vllm_internals.ref_counts(llm) == {1: 2, 2: 4}, "each request's own partial block, the shared four"
     while engine.has_unfinished_requests():
         engine.step()
     assert vllm_internals.kv_blocks_in_use(llm) == 0, "finished requests hold no blocks (theirs stay cached)"
@@ -39,6 +41,18 @@ def test_block_size_and_hash_algo_match_what_the_engine_does(engines):
     prompt = list(range(200, 200 + 3 * BLOCK + 5))
     generate(llm, [prompt])
     assert generate(llm, [prompt + [9]])[0].num_cached_tokens == 3 * BLOCK
+
+
+def test_resolved_settings_are_the_ones_the_engine_was_given(engines):
+    llm = engines(block_size=BLOCK)
+    assert vllm_internals.tuning(llm, "block_size") == BLOCK
+    assert vllm_internals.tuning(llm, "enable_prefix_caching") is True
+    assert vllm_internals.tuning(llm, "dtype") == vllm_internals.model_dtype(llm)
+    assert vllm_internals.tuning(llm, "max_num_seqs") > 0, "resolved from vLLM's per-hardware default"
+    assert vllm_internals.engine_arg_default("max_num_seqs") is None, "declared: decided at start-up"
+    assert 0 < vllm_internals.engine_arg_default("gpu_memory_utilization") < 1
+    with pytest.raises(KeyError, match="max_num_seqs"):
+        vllm_internals.tuning(llm, "max_seqs")
 
 
 def test_vllms_hashes_are_the_labs():

@@ -46,6 +46,18 @@ def test_article_workload_shares_a_few_templates_over_a_wide_length_spread():
     assert all(len(set(prefixes)) == 1 for prefixes in by_template.values())
 
 
+def test_prompt_design_layouts_carry_the_same_variables_in_different_places():
+    records = generate_workload("prompt_design", 8).records
+    by_variant = {v: [r["prompt"] for r in records if r["variant"] == v] for v in ("scattered", "gathered", "fields_first")}
+    assert all(len(prompts) == 8 for prompts in by_variant.values())
+    for scattered, gathered, fields_first in zip(*by_variant.values()):
+        question = gathered.rsplit("\nQuestion: ", 1)[1]
+        assert scattered.endswith(question) and fields_first.endswith(question)
+        assert fields_first.startswith("Customer: ") and scattered.startswith("Customer ")
+    shared_start = {p[:200] for p in by_variant["gathered"]}
+    assert len(shared_start) == 1, "gathered: every prompt opens with the same fixed text"
+
+
 def test_customer_service_stages_share_less_and_less():
     workload = generate_workload("customer_service", 5)
     prompts = {stage: [r["prompt"] for r in workload.records if r["stage"] == stage]
