@@ -5,7 +5,7 @@ One in-process engine at a time: shutting an in-process engine down tears down p
 down the engine it started before (using that one afterwards raises a clear error).
 
 What vLLM and torch print while an engine starts (NUMA binding, Triton, weight-loading bars) goes to a log
-file, not into the notebook; if start-up fails, the end of that log comes with the error.
+file, not into the notebook; if start-up fails, the end of that log is attached to the error.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def start_llm(settings: EngineSettings) -> vllm.LLM:
 @contextlib.contextmanager
 def start_up_output_to(log_path: Path) -> Iterator[None]:
     """Send everything printed inside the block, from Python or from C++ (file descriptors 1 and 2), to
-    `log_path`; on an exception, the end of the log is printed before the error propagates."""
+    `log_path`; an exception raised inside carries the end of the log as a note (shown in its traceback)."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = {fd: os.dup(fd) for fd in (1, 2)}
@@ -91,9 +91,9 @@ def start_up_output_to(log_path: Path) -> Iterator[None]:
                 log.flush()
                 for fd, original in saved.items():
                     os.dup2(original, fd)
-    except BaseException:
-        print(f"engine start-up output (end of {log_path}):\n" + "\n".join(log_path.read_text().splitlines()[-30:]),
-              file=sys.stderr)
+    except Exception as error:  # the log's end travels with the error, shown wherever its traceback is
+        error.add_note(f"engine start-up output (end of {log_path}):\n"
+                       + "\n".join(log_path.read_text().splitlines()[-30:]))
         raise
     finally:
         for original in saved.values():
