@@ -74,6 +74,21 @@ class RadixCache:
             raise KeyError(f"request_id={request_id!r} is not running (never allocated, or already freed)")
         self._lock(self.paths.pop(request_id), -1)
 
+    def match_length(self, token_ids: Sequence[int], cache_salt: str | None = None) -> int:
+        """How many leading tokens of `token_ids` the tree holds (changes nothing, not even recency)."""
+        node, matched = self.roots.get(cache_salt), 0
+        while node is not None and matched < len(token_ids):
+            child = node.children.get(token_ids[matched])
+            if child is None:
+                break
+            common = 0
+            while (common < len(child.key) and matched + common < len(token_ids)
+                   and child.key[common] == token_ids[matched + common]):
+                common += 1
+            matched += common
+            node = child if common == len(child.key) else None
+        return matched
+
     def sequences(self) -> list[tuple[str | None, tuple[int, ...]]]:
         """Every cached root-to-leaf token sequence, with its salt (for tests and display)."""
         found = []

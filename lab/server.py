@@ -58,6 +58,41 @@ def _group_gone(group: int, wait_s: float) -> bool:
     return False
 
 
+def launch_in_own_group(command: Sequence[str], log_path: Path, env: Mapping[str, str]) -> subprocess.Popen:
+    """Start `command` with its output in `log_path`, as the leader of a new process group (so that
+    stop_group ends everything it starts) that Linux ends if this process dies."""
+    with open(log_path, "w") as log:
+        return subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, env=dict(env),
+                                start_new_session=True, preexec_fn=_die_with_parent)
+
+
+def stop_group(process: subprocess.Popen | None, timeout_s: float = 30.0) -> None:
+    """SIGTERM the process group `process` leads, SIGKILL it if it outlives `timeout_s` (idempotent)."""
+    if process is None or process.poll() is not None:
+        return
+    group = process.pid
+    for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+        if _group_gone(group, wait_s=5.0):  # helpers the leader started exit after it
+            return
+
+
+def answers(url: str, timeout_s: float = 2.0) -> bool:
+    """True when GET `url` answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -85,6 +120,7 @@ class VLLMServer:
     engine_args: Mapping[str, Any] = field(default_factory=dict)  # further EngineArgs, as for make_llm
     extra_args: Sequence[str] = ()  # further server flags, passed as they are
     dev_endpoints: bool = False  # vLLM's development endpoints (VLLM_SERVER_DEV_MODE), e.g. /reset_prefix_cache
+    environment: Mapping[str, str] = field(default_factory=dict)  # further variables, e.g. VLLM_CPU_OMP_THREADS_BIND
     host: str = "127.0.0.1"
     port: int | None = None
     startup_timeout_s: float = 300.0
@@ -111,23 +147,25 @@ class VLLMServer:
         return serve_command(self.settings, self.host, self.port, self.extra_args)
 
     def start(self) -> VLLMServer:
-        if self.process is not None:
-            raise RuntimeError("server already started")
-        env = os.environ | self.settings.environment() | {"VLLM_LOGGING_LEVEL": "INFO",
-                                                          "VLLM_SERVER_DEV_MODE": "1" if self.dev_endpoints else "0"}
-        with open(self.log_path, "w") as log:
-            self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                            start_new_session=True,  # its own group: stop() ends its children too
-                                            preexec_fn=_die_with_parent)
-        _running.add(self)
+        """Launch the server and wait until `/health` answers (stopping it if it does not)."""
+        self.launch()
         try:
-            self._wait_until_healthy()
+            self.wait_until_healthy()
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _wait_until_healthy(self) -> None:
+    def launch(self) -> None:
+        """Start the server process and return at once (several can then start side by side)."""
+        if self.process is not None:
+            raise RuntimeError("server already started")
+        env = os.environ | self.settings.environment() | {"VLLM_LOGGING_LEVEL": "INFO",
+                                                          "VLLM_SERVER_DEV_MODE": "1" if self.dev_endpoints else "0"}
+        self.process = launch_in_own_group(self.command(), self.log_path, env | dict(self.environment))
+        _running.add(self)
+
+    def wait_until_healthy(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -140,29 +178,12 @@ class VLLMServer:
                                f"end of its log ({self.log_path}):\n{self.log_tail()}")
 
     def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
-                return response.status == 200
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return False
+        return answers(f"{self.url}/health")
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the server and every process it started (idempotent)."""
         _running.discard(self)
-        if self.process is None or self.process.poll() is not None:
-            return
-        group = self.process.pid  # start_new_session made the server its group's leader
-        for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(group, sig)
-            except ProcessLookupError:
-                return
-            try:
-                self.process.wait(wait)
-            except subprocess.TimeoutExpired:
-                continue
-            if _group_gone(group, wait_s=5.0):  # helpers the server started exit after it
-                return
+        stop_group(self.process, timeout_s)
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

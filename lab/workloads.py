@@ -182,6 +182,28 @@ def prompt_design(count: int = 100, seed: int = 0) -> list[Record]:
     return records
 
 
+def tenants(count: int = 256, seed: int = 0, num_tenants: int = 4, context_tokens: int = 2000, zipf: float = 0.0,
+            shared_system_tokens: int = 0) -> list[Record]:
+    """Many customers of one service: tenant k has a long private context (its documents) and asks short
+    questions behind it. `zipf` = 0 makes every tenant equally popular; s > 0 asks tenant k with weight
+    1 / (k + 1)^s. `shared_system_tokens` > 0 puts one system prompt, the same for all, before every context.
+    A replica that holds a tenant's context serves its questions from cache: routing decides the hit rate."""
+    if num_tenants < 1 or context_tokens < 1 or zipf < 0 or shared_system_tokens < 0:
+        raise ValueError(f"tenants(num_tenants={num_tenants}, context_tokens={context_tokens}, zipf={zipf}, "
+                         f"shared_system_tokens={shared_system_tokens}): use at least one tenant, a positive "
+                         "context, zipf >= 0 and shared_system_tokens >= 0")
+    rng = random.Random(seed)
+    system = text_of_tokens(rng, shared_system_tokens, "policy") + "\n" if shared_system_tokens else ""
+    contexts = [f"Documents of customer {k}:\n{text_of_tokens(rng, context_tokens, 'en')}" for k in range(num_tenants)]
+    weights = [1 / (k + 1) ** zipf for k in range(num_tenants)]
+    records = []
+    for i in range(count):
+        k = rng.choices(range(num_tenants), weights)[0]
+        question = text_of_tokens(rng, 12, "en")
+        records.append({"id": f"tenant-{k}-{i}", "tenant": k, "prompt": f"{system}{contexts[k]}\nQuestion: {question}"})
+    return records
+
+
 GENERATORS: dict[str, Callable[..., list[Record]]] = {
     "article_1000": article_1000,
     "translation": translation,
@@ -189,6 +211,7 @@ GENERATORS: dict[str, Callable[..., list[Record]]] = {
     "rag": rag,
     "chat": chat,
     "prompt_design": prompt_design,
+    "tenants": tenants,
 }
 
 

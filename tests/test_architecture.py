@@ -14,9 +14,9 @@ from lab import PROJECT_ROOT
 
 LAYERS = [
     {"backend", "model", "article"},
-    {"block_hash", "prefix_cache", "radix_cache", "mini_engine"},
-    {"engine_settings", "vllm_internals", "engine", "server"},
-    {"workloads", "measure", "results", "plots", "report", "runner", "bench", "capacity", "serving_bench"},
+    {"block_hash", "prefix_cache", "radix_cache", "mini_engine", "fleet_sim"},
+    {"engine_settings", "vllm_internals", "engine", "server", "fleet"},
+    {"workloads", "measure", "results", "plots", "report", "runner", "bench", "capacity", "serving_bench", "routing"},
 ]
 LAB = PROJECT_ROOT / "lab"
 MODULES = sorted(p.stem for p in LAB.glob("*.py") if p.stem != "__init__")

@@ -11,7 +11,7 @@ def workloads_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
-SMALL = {"article_1000": 60, "translation": 10, "customer_service": 10, "rag": 10, "chat": 6, "prompt_design": 6}
+SMALL = {"article_1000": 60, "translation": 10, "customer_service": 10, "rag": 10, "chat": 6, "prompt_design": 6, "tenants": 12}
 
 
 @pytest.mark.parametrize("name", sorted(GENERATORS))
@@ -56,6 +56,23 @@ def test_prompt_design_layouts_carry_the_same_variables_in_different_places():
         assert fields_first.startswith("Customer: ") and scattered.startswith("Customer ")
     shared_start = {p[:200] for p in by_variant["gathered"]}
     assert len(shared_start) == 1, "gathered: every prompt opens with the same fixed text"
+
+
+def test_tenants_share_a_private_context_each_and_skew_with_zipf():
+    records = generate_workload("tenants", 64).records
+    contexts = {}
+    for r in records:
+        contexts.setdefault(r["tenant"], set()).add(r["prompt"].split("\nQuestion: ")[0])
+    assert sorted(contexts) == [0, 1, 2, 3] and all(len(c) == 1 for c in contexts.values())
+    assert len({next(iter(c))[:300] for c in contexts.values()}) == 4, "contexts differ from their first tokens"
+    assert all(num_tokens(next(iter(c))) >= 2000 for c in contexts.values())
+    from lab.workloads import tenants
+    skewed = [r["tenant"] for r in tenants(400, num_tenants=8, context_tokens=50, zipf=1.5)]
+    assert skewed.count(0) > 4 * skewed.count(7), "Zipf: the first tenant is asked far more often"
+    shared = tenants(4, num_tenants=2, context_tokens=50, shared_system_tokens=200)
+    assert len({r["prompt"][:400] for r in shared}) == 1, "one system prompt before every context"
+    with pytest.raises(ValueError, match="num_tenants=0"):
+        tenants(4, num_tenants=0)
 
 
 def test_customer_service_stages_share_less_and_less():

@@ -1,0 +1,185 @@
+"""N real vLLM servers behind the real `vllm-router`, as one context manager.
+
+    with Fleet(replicas=2, policy="cache_aware") as fleet:
+        result = stream_completion(fleet.client(), fleet.model_name, prompt)
+        fleet.replica_metrics()        # one parsed /metrics per replica
+
+Each replica is a `lab.server.VLLMServer` with its own KV pool (`kv_blocks` usable blocks), `--enable-scale-out`
+(the router prepares prompts through the replicas' `/v1/completions/render`, which vLLM refuses without it)
+and, on a CPU, its own core. With `policy="kv_aware"` every replica publishes its KV events on a port of its
+own and the router subscribes to them. Every process runs in its own process group and is stopped when the
+block ends, when a start fails, or when Python exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lab.backend import backend
+from lab.engine_settings import check_block_size, model_config, resolve_model
+from lab.server import (SERVED_MODEL_NAME, ServerStartError, VLLMServer, answers, free_port, launch_in_own_group,
+                        stop_group)
+
+POLICIES = ("random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
+            "sticky_least_loaded")  # vllm-router 0.1.17's --policy choices
+ROUTER_HINT = "install it with `pip install vllm-router==0.1.17` (it is in requirements.txt; `make test` sets it up)"
+
+
+def router_executable() -> str:
+    """The `vllm-router` launcher beside this Python, or on PATH."""
+    beside = Path(sys.executable).with_name("vllm-router")
+    found = str(beside) if beside.exists() else shutil.which("vllm-router")
+    if not found:
+        raise ImportError(f"vllm-router is not installed for this Python ({sys.executable}); {ROUTER_HINT}")
+    return found
+
+
+def check_fleet(replicas: Any, policy: Any, kv_blocks: Any, block_size: int, max_model_len: int) -> None:
+    """Raise ValueError, before any process starts, on a fleet this machine or the router cannot run."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise ValueError(f"replicas={replicas!r}: use a positive number of vLLM servers, e.g. 2")
+    cores = os.cpu_count() or 1
+    if backend() == "cpu" and replicas > cores:
+        raise ValueError(f"replicas={replicas}: this CPU has {cores} cores and each CPU replica needs one of its "
+                         f"own; use at most {cores}")
+    if policy not in POLICIES:
+        raise ValueError(f"policy={policy!r}: vllm-router's policies are {', '.join(POLICIES)}")
+    if isinstance(kv_blocks, bool) or not isinstance(kv_blocks, int) or kv_blocks < 1:
+        raise ValueError(f"kv_blocks={kv_blocks!r}: use a positive number of usable KV blocks per replica")
+    if kv_blocks * block_size < max_model_len:
+        raise ValueError(f"kv_blocks={kv_blocks} x block_size={block_size} = {kv_blocks * block_size} tokens cannot "
+                         f"hold one prompt of max_model_len={max_model_len}: use kv_blocks >= "
+                         f"{-(-max_model_len // block_size)}, or pass a smaller max_model_len in engine_args")
+
+
+@dataclass(eq=False)
+class Router:
+    """The real `vllm-router` in front of `worker_urls`."""
+
+    worker_urls: Sequence[str]
+    policy: str = "cache_aware"
+    args: Sequence[str] = ()  # further router flags, passed as they are
+    host: str = "127.0.0.1"
+    port: int | None = None
+    startup_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        self.port = self.port or free_port(self.host)
+        self.process = None
+        self.log_path = Path(tempfile.mkstemp(prefix="vllm-router-", suffix=".log")[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        return [router_executable(), "--host", self.host, "--port", str(self.port), "--policy", self.policy,
+                "--prometheus-port", str(free_port(self.host)), "--worker-urls", *self.worker_urls, *self.args]
+
+    def start(self) -> Router:
+        self.process = launch_in_own_group(self.command(), self.log_path, os.environ)
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerStartError(f"vllm-router exited with code {self.process.returncode} during start-up; "
+                                       f"end of its log ({self.log_path}):\n{self.log_tail()}")
+            if answers(f"{self.url}/health"):
+                return self
+            time.sleep(0.3)
+        self.stop()
+        raise ServerStartError(f"vllm-router not healthy after {self.startup_timeout_s:.0f} s; end of its log "
+                               f"({self.log_path}):\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        stop_group(self.process, timeout_s=10.0)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass(eq=False)
+class Fleet:
+    replicas: int = 2
+    policy: str = "cache_aware"
+    model: str | os.PathLike | None = None
+    block_size: int = 32
+    kv_blocks: int = 160  # usable KV blocks per replica
+    engine_args: Mapping[str, Any] = field(default_factory=dict)  # further EngineArgs for every replica
+    router_args: Sequence[str] = ()  # further vllm-router flags, e.g. ("--cache-threshold", "0.5")
+    startup_timeout_s: float = 300.0
+
+    model_name = SERVED_MODEL_NAME
+
+    def __post_init__(self) -> None:
+        check_block_size(self.block_size)
+        model_path = resolve_model(self.model)
+        max_model_len = self.engine_args.get("max_model_len") or model_config(model_path)["max_position_embeddings"]
+        check_fleet(self.replicas, self.policy, self.kv_blocks, self.block_size, max_model_len)
+        router_executable()  # a missing router fails here, before any server starts
+        self._event_ports = [free_port() for _ in range(self.replicas)] if self.policy == "kv_aware" else []
+        self.servers = [self._replica(model_path, i) for i in range(self.replicas)]
+        self.router = Router([s.url for s in self.servers], self.policy, [*self._kv_event_sources(), *self.router_args])
+
+    def _replica(self, model_path: str, index: int) -> VLLMServer:
+        extra = ["--enable-scale-out"]
+        if self._event_ports:  # a bind address: with 127.0.0.1 vLLM's publisher connects and nothing arrives
+            extra += ["--kv-events-config", json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
+                                                        "endpoint": f"tcp://*:{self._event_ports[index]}"})]
+        environment = {"VLLM_CPU_OMP_THREADS_BIND": str(index)} if backend() == "cpu" else {}
+        return VLLMServer(model_path, block_size=self.block_size, extra_args=extra, environment=environment,
+                          engine_args={"num_gpu_blocks_override": self.kv_blocks + 1} | dict(self.engine_args),
+                          startup_timeout_s=self.startup_timeout_s)
+
+    def _kv_event_sources(self) -> list[str]:
+        if self.policy != "kv_aware":
+            return []
+        sources = [f"{s.url}=tcp://127.0.0.1:{port}" for s, port in zip(self.servers, self._event_ports)]
+        return ["--kv-event-source", *sources, "--kv-event-block-size", str(self.block_size),
+                "--kv-event-model", SERVED_MODEL_NAME]
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.router.url}/v1"
+
+    def start(self) -> Fleet:
+        """Start every replica side by side, then the router; on any failure stop them all."""
+        try:
+            for server in self.servers:
+                server.launch()
+            for server in self.servers:
+                server.wait_until_healthy()
+            self.router.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop the router and every replica (idempotent)."""
+        self.router.stop()
+        for server in self.servers:
+            server.stop()
+
+    def client(self):
+        from openai import OpenAI
+
+        return OpenAI(base_url=self.base_url, api_key="not-needed", max_retries=0, timeout=600)
+
+    def replica_metrics(self) -> list[dict[str, float]]:
+        """Each replica's /metrics, parsed (in replica order)."""
+        return [server.metrics() for server in self.servers]
+
+    def __enter__(self) -> Fleet:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,55 @@
+"""Send a workload through a fleet's router and measure where it went: per request (streamed TTFT, cached
+tokens) and per replica (requests served, prefix-cache queries and hits, from each replica's /metrics read
+before and after the run).
+
+    requests, replicas = route_workload(fleet, load_workload("tenants", count=64).records, concurrency=6)
+    summarize_routing(requests, replicas)   # fleet hit rate, load imbalance, TTFT p50 / p99
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from lab.fleet import Fleet
+from lab.server import complete_concurrently
+
+COUNTERS = {"vllm:request_success_total": "requests", "vllm:prefix_cache_queries_total": "queries",
+            "vllm:prefix_cache_hits_total": "hits"}
+
+
+def replica_counters(fleet: Fleet) -> pd.DataFrame:
+    """One row per replica: its cumulative request, query and hit counters."""
+    rows = [{name: metrics.get(metric, 0.0) for metric, name in COUNTERS.items()} for metrics in fleet.replica_metrics()]
+    return pd.DataFrame(rows).rename_axis("replica")
+
+
+def route_workload(fleet: Fleet, records: Sequence[dict], *, concurrency: int, max_tokens: int = 4,
+                   progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Stream every record's prompt through the router with `concurrency` requests in flight. Returns the
+    per-request frame (in record order) and the per-replica frame of counter growth over the run."""
+    if not len(records):
+        raise ValueError("records is empty: pass a workload's records, e.g. load_workload('tenants').records")
+    before = replica_counters(fleet)
+    results = complete_concurrently(fleet.client(), fleet.model_name, [r["prompt"] for r in records],
+                                    concurrency=concurrency, max_tokens=max_tokens, progress=progress)
+    replicas = replica_counters(fleet) - before
+    requests = pd.DataFrame([{"tenant": r.get("tenant"), "prompt_tokens": s.prompt_tokens,
+                              "cached_tokens": s.cached_tokens, "ttft_ms": s.ttft_s * 1e3, "e2e_ms": s.e2e_s * 1e3}
+                             for r, s in zip(records, results)])
+    return requests, replicas
+
+
+def summarize_routing(requests: pd.DataFrame, replicas: pd.DataFrame) -> pd.Series:
+    """Fleet token hit rate (from the replicas' counters), load imbalance (max / mean requests per replica)
+    and client-side TTFT percentiles."""
+    per_replica = replicas["requests"]
+    return pd.Series({
+        "requests": len(requests),
+        "fleet_hit_rate": replicas.hits.sum() / replicas.queries.sum(),
+        "imbalance": per_replica.max() / per_replica.mean() if per_replica.mean() else float("nan"),
+        "requests_per_replica": "/".join(str(int(n)) for n in per_replica),
+        "p50_ttft_ms": requests.ttft_ms.quantile(0.5),
+        "p99_ttft_ms": requests.ttft_ms.quantile(0.99),
+    })

@@ -1,0 +1,66 @@
+"""lab.fleet and lab.routing: real vLLM replicas behind the real vllm-router; bad fleets fail before any process
+starts."""
+
+import os
+import socket
+
+import pytest
+
+import lab.fleet
+from lab.fleet import Fleet
+from lab.routing import route_workload, summarize_routing
+from lab.workloads import load_workload
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_two_replicas_behind_the_router_serve_count_and_stop_clean():
+    records = load_workload("tenants", count=8).records
+    with Fleet(replicas=2, policy="round_robin", engine_args={"max_model_len": 4096}) as fleet:
+        requests, replicas = route_workload(fleet, records, concurrency=2, progress=False)
+        processes = [s.process for s in fleet.servers] + [fleet.router.process]
+        ports = [s.port for s in fleet.servers] + [fleet.router.port]
+    assert replicas.requests.tolist() == [4, 4], "round robin: every other request to each replica"
+    assert replicas.queries.sum() == requests.prompt_tokens.sum(), "every prompt token was looked up once"
+    assert replicas.hits.sum() == requests.cached_tokens.sum(), "the replicas' counters add up to the usage"
+    summary = summarize_routing(requests, replicas)
+    assert summary.requests == 8 and summary.imbalance == 1.0 and 0 <= summary.fleet_hit_rate < 1
+    assert all(p.poll() is not None for p in processes) and not any(group_alive(p.pid) for p in processes)
+    assert not any(port_open(port) for port in ports), "nothing outlives the fleet"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"policy": "least_busy"}, r"policy='least_busy': vllm-router's policies are random, round_robin, cache_aware"),
+    ({"replicas": 0}, r"replicas=0: use a positive number"),
+    ({"kv_blocks": 0}, r"kv_blocks=0: use a positive number"),
+    ({"kv_blocks": 10, "block_size": 32}, r"kv_blocks=10 x block_size=32 = 320 tokens cannot hold one prompt of "
+                                         r"max_model_len=4096: use kv_blocks >= 128"),
+])
+def test_a_fleet_the_router_or_the_pool_cannot_run_is_refused_before_anything_starts(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Fleet(**kwargs)
+
+
+def test_more_cpu_replicas_than_cores_is_refused(monkeypatch):
+    monkeypatch.setattr(lab.fleet, "backend", lambda: "cpu")
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"replicas=3: this CPU has 2 cores .* use at most 2"):
+        Fleet(replicas=3)
+
+
+def test_a_missing_router_says_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setattr(lab.fleet.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ImportError, match=r"vllm-router is not installed .* `pip install vllm-router==0.1.17`"):
+        Fleet()
