@@ -4,11 +4,15 @@
         result = stream_completion(fleet.client(), fleet.model_name, prompt)
         fleet.replica_metrics()        # one parsed /metrics per replica
 
+        fleet.use_policy("round_robin")  # a new router in front of the same replicas
+        fleet.reset_prefix_caches()      # every replica starts cold again
+
 Each replica is a `lab.server.VLLMServer` with its own KV pool (`kv_blocks` usable blocks), `--enable-scale-out`
-(the router prepares prompts through the replicas' `/v1/completions/render`, which vLLM refuses without it)
-and, on a CPU, its own core. With `policy="kv_aware"` every replica publishes its KV events on a port of its
-own and the router subscribes to them. Every process runs in its own process group and is stopped when the
-block ends, when a start fails, or when Python exits.
+(the router prepares prompts through the replicas' `/v1/completions/render`, which vLLM refuses without it),
+vLLM's development endpoints (for `/reset_prefix_cache`), KV events published on a port of its own (for
+`kv_aware`) and, on a CPU, its own core. Replicas start once; switching policy restarts only the router,
+in about a second. Every process runs in its own process group and is stopped when the block ends, when a
+start fails, or when Python exits.
 """
 
 from __future__ import annotations
@@ -125,26 +129,39 @@ class Fleet:
         max_model_len = self.engine_args.get("max_model_len") or model_config(model_path)["max_position_embeddings"]
         check_fleet(self.replicas, self.policy, self.kv_blocks, self.block_size, max_model_len)
         router_executable()  # a missing router fails here, before any server starts
-        self._event_ports = [free_port() for _ in range(self.replicas)] if self.policy == "kv_aware" else []
+        self.event_ports = [free_port() for _ in range(self.replicas)]
         self.servers = [self._replica(model_path, i) for i in range(self.replicas)]
-        self.router = Router([s.url for s in self.servers], self.policy, [*self._kv_event_sources(), *self.router_args])
+        self.router = self._router(self.policy, self.router_args)
 
     def _replica(self, model_path: str, index: int) -> VLLMServer:
-        extra = ["--enable-scale-out"]
-        if self._event_ports:  # a bind address: with 127.0.0.1 vLLM's publisher connects and nothing arrives
-            extra += ["--kv-events-config", json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
-                                                        "endpoint": f"tcp://*:{self._event_ports[index]}"})]
+        # a bind address: with 127.0.0.1 vLLM's publisher connects instead of binding, and nothing arrives
+        events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{self.event_ports[index]}"}
         environment = {"VLLM_CPU_OMP_THREADS_BIND": str(index)} if backend() == "cpu" else {}
-        return VLLMServer(model_path, block_size=self.block_size, extra_args=extra, environment=environment,
+        return VLLMServer(model_path, block_size=self.block_size, dev_endpoints=True, environment=environment,
+                          extra_args=["--enable-scale-out", "--kv-events-config", json.dumps(events)],
                           engine_args={"num_gpu_blocks_override": self.kv_blocks + 1} | dict(self.engine_args),
                           startup_timeout_s=self.startup_timeout_s)
 
-    def _kv_event_sources(self) -> list[str]:
-        if self.policy != "kv_aware":
-            return []
-        sources = [f"{s.url}=tcp://127.0.0.1:{port}" for s, port in zip(self.servers, self._event_ports)]
-        return ["--kv-event-source", *sources, "--kv-event-block-size", str(self.block_size),
-                "--kv-event-model", SERVED_MODEL_NAME]
+    def _router(self, policy: str, router_args: Sequence[str]) -> Router:
+        events = []
+        if policy == "kv_aware":
+            for server, port in zip(self.servers, self.event_ports):  # one flag per replica
+                events += ["--kv-event-source", f"{server.url}=tcp://127.0.0.1:{port}"]
+            events += ["--kv-event-block-size", str(self.block_size), "--kv-event-model", SERVED_MODEL_NAME]
+        return Router([s.url for s in self.servers], policy, [*events, *router_args])
+
+    def use_policy(self, policy: str, router_args: Sequence[str] = ()) -> None:
+        """Replace the router with one running `policy` (and `router_args`), in front of the same replicas."""
+        if policy not in POLICIES:
+            raise ValueError(f"policy={policy!r}: vllm-router's policies are {', '.join(POLICIES)}")
+        self.router.stop()
+        self.policy, self.router_args = policy, tuple(router_args)
+        self.router = self._router(policy, router_args).start()
+
+    def reset_prefix_caches(self) -> None:
+        """Empty every replica's prefix cache."""
+        for server in self.servers:
+            server.reset_prefix_cache()
 
     @property
     def base_url(self) -> str:

@@ -157,6 +157,41 @@ def capacity_section() -> list[str]:
     ]
 
 
+def routing_section() -> list[str]:
+    """The policy table, sim against real, the simulated sweep's headline and the fault run, from the latest
+    `09_routing` run (nothing when it has not run)."""
+    policies, meta = _latest_or_none("09_routing-policies")
+    if policies is None:
+        return []
+    agreement, _ = load_latest("09_routing-sim_vs_real")
+    sweep, _ = load_latest("09_routing-sim_sweep")
+    fault, _ = load_latest("09_routing-fault")
+    env = meta["environment"]
+    rows = pd.DataFrame({"policy": policies.policy, "fleet hit rate": policies.fleet_hit_rate,
+                         "TTFT p50 (ms)": policies.p50_ttft_ms, "TTFT p99 (ms)": policies.p99_ttft_ms,
+                         "requests per replica": policies.requests_per_replica.astype(str),
+                         "imbalance (max / mean)": policies.imbalance})
+    largest = sweep[sweep.replicas == sweep.replicas.max()].set_index("policy").fraction_of_ideal
+    f = fault.iloc[0]
+    return [
+        "",
+        f"**Routing across real replicas** (`09_routing`, run `{meta['run_id']}`: {env['replicas']} vLLM servers behind "
+        f"vllm-router, {env['num_tenants']} tenants with {env['context_tokens']}-token private contexts, "
+        f"{env['n_requests']} requests, {env['concurrency']} in flight, {env['kv_blocks']} KV blocks per replica):",
+        "",
+        _markdown_table(rows),
+        "",
+        "The simulator (`lab.fleet_sim`) on the same requests: fleet hit rate sim - real "
+        + ", ".join(f"{p} {d:+.3f}" for p, d in zip(agreement.policy, agreement["hit rate difference"]))
+        + f". At {int(sweep.replicas.max())} simulated replicas, the share of the ideal reuse kept: "
+        + ", ".join(f"{p} {v:.2f}" for p, v in largest.sort_values(ascending=False).items())
+        + f" ({env['sim_requests']} requests per point, the whole sweep in {env['sweep_seconds']:.0f} s).",
+        "",
+        f"A replica killed mid-run: {int(f.sent)} requests sent, {int(f.sent - f.failed)} answered, {int(f.failed)} "
+        f"failed; the router logged {int(f.failed_sends_logged)} failed sends and retried them on the survivor.",
+    ]
+
+
 def claims_section() -> list[str]:
     """The verdicts of the claims ledger, counted, with the claims under each."""
     ledger = article.claims()
@@ -177,6 +212,7 @@ def results_section() -> str:
     sweep, sweep_meta = load_latest("03_block_size_sweep-vllm")
     recommended = recommend_block_size(sweep)
     capacity = capacity_section()
+    routing = routing_section()
     parts = [
         f"Measured by `make run` (profile `{env.get('profile')}`), run `{meta['run_id']}`, on: "
         f"{hardware_line(env)}; model: {describe_model(env['model'])}; "
@@ -198,6 +234,7 @@ def results_section() -> str:
         f"`{sweep_meta['run_id']}`, one request at a time): the size with the lowest mean TTFT (within 5%, the largest): "
         + ", ".join(f"{w} {s}" for w, s in recommended.items()) + f"; across all {len(recommended)}, **{recommended.min()}**.",
         *capacity,
+        *routing,
         *claims_section(),
         "",
         "![with/without](figures/04_cache_on_vs_off-changes.png)",
@@ -206,6 +243,7 @@ def results_section() -> str:
         "![TTFT breakdown under load](figures/01_ttft_breakdown-load.png)",
         *(["![gain vs hit rate](figures/10_capacity-gain_vs_hit_rate.png)",
            "![TTFT vs offered rate](figures/10_capacity-ttft_vs_rate.png)"] if capacity else []),
+        *(["![hit rate by routing policy](figures/09_routing-hit_rate.png)"] if routing else []),
     ]
     return "\n".join(parts)
 

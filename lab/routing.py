@@ -19,34 +19,52 @@ COUNTERS = {"vllm:request_success_total": "requests", "vllm:prefix_cache_queries
             "vllm:prefix_cache_hits_total": "hits"}
 
 
-def replica_counters(fleet: Fleet) -> pd.DataFrame:
-    """One row per replica: its cumulative request, query and hit counters."""
-    rows = [{name: metrics.get(metric, 0.0) for metric, name in COUNTERS.items()} for metrics in fleet.replica_metrics()]
+def replica_counters(fleet: Fleet, skip_unreachable: bool = False) -> pd.DataFrame:
+    """One row per replica: its cumulative request, query and hit counters (NaN for a replica that does not
+    answer, when `skip_unreachable`)."""
+    rows = []
+    for server in fleet.servers:
+        try:
+            metrics = server.metrics()
+        except OSError:
+            if not skip_unreachable:
+                raise
+            metrics = {metric: float("nan") for metric in COUNTERS}
+        rows.append({name: metrics.get(metric, 0.0) for metric, name in COUNTERS.items()})
     return pd.DataFrame(rows).rename_axis("replica")
 
 
 def route_workload(fleet: Fleet, records: Sequence[dict], *, concurrency: int, max_tokens: int = 4,
-                   progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   progress: bool = True, tolerate_failures: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Stream every record's prompt through the router with `concurrency` requests in flight. Returns the
-    per-request frame (in record order) and the per-replica frame of counter growth over the run."""
+    per-request frame (in record order; `error` holds a failed request's exception when `tolerate_failures`)
+    and the per-replica frame of counter growth over the run (replicas that no longer answer are left out)."""
     if not len(records):
         raise ValueError("records is empty: pass a workload's records, e.g. load_workload('tenants').records")
     before = replica_counters(fleet)
     results = complete_concurrently(fleet.client(), fleet.model_name, [r["prompt"] for r in records],
-                                    concurrency=concurrency, max_tokens=max_tokens, progress=progress)
-    replicas = replica_counters(fleet) - before
-    requests = pd.DataFrame([{"tenant": r.get("tenant"), "prompt_tokens": s.prompt_tokens,
-                              "cached_tokens": s.cached_tokens, "ttft_ms": s.ttft_s * 1e3, "e2e_ms": s.e2e_s * 1e3}
-                             for r, s in zip(records, results)])
+                                    concurrency=concurrency, max_tokens=max_tokens, progress=progress,
+                                    return_exceptions=tolerate_failures)
+    replicas = (replica_counters(fleet, skip_unreachable=tolerate_failures) - before).dropna()
+    requests = pd.DataFrame([_request_row(r, s) for r, s in zip(records, results)])
     return requests, replicas
+
+
+def _request_row(record: dict, result) -> dict:
+    if isinstance(result, Exception):
+        return {"tenant": record.get("tenant"), "error": f"{type(result).__name__}: {result}"}
+    return {"tenant": record.get("tenant"), "prompt_tokens": result.prompt_tokens, "cached_tokens": result.cached_tokens,
+            "ttft_ms": result.ttft_s * 1e3, "e2e_ms": result.e2e_s * 1e3, "error": None}
 
 
 def summarize_routing(requests: pd.DataFrame, replicas: pd.DataFrame) -> pd.Series:
     """Fleet token hit rate (from the replicas' counters), load imbalance (max / mean requests per replica)
     and client-side TTFT percentiles."""
     per_replica = replicas["requests"]
+    failed = requests.error.notna() if "error" in requests else pd.Series(False, index=requests.index)
     return pd.Series({
         "requests": len(requests),
+        "failed": int(failed.sum()),
         "fleet_hit_rate": replicas.hits.sum() / replicas.queries.sum(),
         "imbalance": per_replica.max() / per_replica.mean() if per_replica.mean() else float("nan"),
         "requests_per_replica": "/".join(str(int(n)) for n in per_replica),

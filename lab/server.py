@@ -260,9 +260,9 @@ def stream_completion(client, model: str, prompt: str, max_tokens: int = 8, **ex
 
 
 def complete_concurrently(client, model: str, prompts: Sequence[str], *, concurrency: int, max_tokens: int = 8,
-                          progress: bool = True) -> list[StreamResult]:
+                          progress: bool = True, return_exceptions: bool = False) -> list[StreamResult | Exception]:
     """Stream every prompt with at most `concurrency` requests in flight (a thread each); results in prompt
-    order."""
+    order. A failed request raises, or with `return_exceptions` takes its exception's place in the list."""
     from tqdm.auto import tqdm
 
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -270,8 +270,9 @@ def complete_concurrently(client, model: str, prompts: Sequence[str], *, concurr
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         futures = [pool.submit(stream_completion, client, model, p, max_tokens) for p in prompts]
         for future in tqdm(futures, desc="requests", disable=not progress, leave=False):
-            future.result()
-    return [f.result() for f in futures]
+            if future.exception() is not None and not return_exceptions:
+                raise future.exception()
+    return [f.exception() or f.result() for f in futures]
 
 
 @contextlib.contextmanager

@@ -29,8 +29,15 @@ def test_two_replicas_behind_the_router_serve_count_and_stop_clean():
     records = load_workload("tenants", count=8).records
     with Fleet(replicas=2, policy="round_robin", engine_args={"max_model_len": 4096}) as fleet:
         requests, replicas = route_workload(fleet, records, concurrency=2, progress=False)
-        processes = [s.process for s in fleet.servers] + [fleet.router.process]
+        first_router = fleet.router
+        fleet.use_policy("cache_aware")
+        fleet.reset_prefix_caches()
+        _, one_at_a_time = route_workload(fleet, records, concurrency=1, progress=False)
+        processes = [s.process for s in fleet.servers] + [first_router.process, fleet.router.process]
         ports = [s.port for s in fleet.servers] + [fleet.router.port]
+    assert first_router.process.poll() is not None, "switching policy replaced the router"
+    assert sorted(one_at_a_time.requests) == [0, 8], "cache_aware, one at a time (loads tied): all to one replica"
+    assert one_at_a_time.hits.sum() > 0
     assert replicas.requests.tolist() == [4, 4], "round robin: every other request to each replica"
     assert replicas.queries.sum() == requests.prompt_tokens.sum(), "every prompt token was looked up once"
     assert replicas.hits.sum() == requests.cached_tokens.sum(), "the replicas' counters add up to the usage"
@@ -64,3 +71,14 @@ def test_a_missing_router_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ImportError, match=r"vllm-router is not installed .* `pip install vllm-router==0.1.17`"):
         Fleet()
+
+
+def test_routing_summary_on_hand_made_counters():
+    import pandas as pd
+
+    requests = pd.DataFrame({"ttft_ms": [10.0, 20.0, None, 40.0], "error": [None, None, "APIConnectionError: gone", None]})
+    replicas = pd.DataFrame({"requests": [3.0, 0.0], "queries": [300.0, 0.0], "hits": [150.0, 0.0]})
+    summary = summarize_routing(requests, replicas)
+    assert summary.failed == 1 and summary.fleet_hit_rate == 0.5
+    assert summary.imbalance == 2.0 and summary.requests_per_replica == "3/0"
+    assert summary.p50_ttft_ms == 20.0, "failed requests have no TTFT"

@@ -93,3 +93,20 @@ def test_the_online_rate_is_the_one_the_arrivals_delivered(results):
     text = results_section()
     assert "delivering 7.00 requests/s (planned mean 8.0), 70% of the no-cache offline throughput" in text
     assert "| arrival rate offered (req/s) | 7 | 7 |" in text
+
+
+def test_the_routing_section_comes_from_the_routing_results(results):
+    env = environment(replicas=2, num_tenants=4, context_tokens=2000, n_requests=24, concurrency=6, kv_blocks=160,
+                      sim_requests=100, sweep_seconds=1.5)
+    save_results(pd.DataFrame({"policy": ["round_robin", "cache_aware"], "fleet_hit_rate": [0.49, 0.82],
+                               "p50_ttft_ms": [994.0, 526.0], "p99_ttft_ms": [2594.0, 1513.0],
+                               "requests_per_replica": ["12/12", "13/11"], "imbalance": [1.0, 1.08]}),
+                 "09_routing-policies", env)
+    save_results(pd.DataFrame({"policy": ["round_robin"], "hit rate difference": [0.042]}), "09_routing-sim_vs_real", env)
+    save_results(pd.DataFrame({"replicas": [2, 64, 64], "policy": ["cache_aware", "cache_aware", "round_robin"],
+                               "fraction_of_ideal": [1.0, 0.95, 0.02]}), "09_routing-sim_sweep", env)
+    save_results(pd.DataFrame([{"sent": 16, "failed": 3, "failed_sends_logged": 10}]), "09_routing-fault", env)
+    text = results_section()
+    assert "| cache_aware | 0.82 | 526 | 1,513 | 13/11 | 1.08 |" in text
+    assert "sim - real round_robin +0.042" in text and "cache_aware 0.95, round_robin 0.02" in text
+    assert "16 requests sent, 13 answered, 3 failed" in text
