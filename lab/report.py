@@ -173,6 +173,12 @@ def routing_section() -> list[str]:
                          "imbalance (max / mean)": policies.imbalance})
     largest = sweep[sweep.replicas == sweep.replicas.max()].set_index("policy").fraction_of_ideal
     f = fault.iloc[0]
+    kv, _ = _latest_or_none("09_routing-kv_aware")
+    kv_line = [] if kv is None else ["", "kv_aware credits only blocks the replicas have reported stored: "
+                                     + "; ".join(f"{int(r['in flight'])} in flight, {int(r['credited nothing'])} of "
+                                                 f"{int(r['decisions'])} decisions credited nothing ({int(r.tenants)} "
+                                                 f"tenants), hit rate {r['kv_aware hit rate']:.3f} vs cache_aware "
+                                                 f"{r['cache_aware hit rate']:.3f}" for _, r in kv.iterrows()) + "."]
     return [
         "",
         f"**Routing across real replicas** (`09_routing`, run `{meta['run_id']}`: {env['replicas']} vLLM servers behind "
@@ -189,6 +195,7 @@ def routing_section() -> list[str]:
         "",
         f"A replica killed mid-run: {int(f.sent)} requests sent, {int(f.sent - f.failed)} answered, {int(f.failed)} "
         f"failed; the router logged {int(f.failed_sends_logged)} failed sends and retried them on the survivor.",
+        *kv_line,
     ]
 
 

@@ -8,6 +8,7 @@ before and after the run).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pandas as pd
@@ -71,3 +72,13 @@ def summarize_routing(requests: pd.DataFrame, replicas: pd.DataFrame) -> pd.Seri
         "p50_ttft_ms": requests.ttft_ms.quantile(0.5),
         "p99_ttft_ms": requests.ttft_ms.quantile(0.99),
     })
+
+
+def kv_aware_decisions(router_log: str) -> pd.DataFrame:
+    """kv_aware's routing decisions from the router's debug log (`--log-level debug`): per decision, the prompt
+    tokens and how many of them the router credited as already cached on the chosen replica (from the
+    replicas' KV events)."""
+    pattern = re.compile(r"KV prefix decision .*?input_tokens=(\d+) .*?credited_prefix_tokens=(\d+)")
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", router_log)  # the router colours its log fields
+    rows = [{"input_tokens": int(m[1]), "credited_prefix_tokens": int(m[2])} for m in pattern.finditer(plain)]
+    return pd.DataFrame(rows, columns=["input_tokens", "credited_prefix_tokens"])

@@ -82,3 +82,15 @@ def test_routing_summary_on_hand_made_counters():
     assert summary.failed == 1 and summary.fleet_hit_rate == 0.5
     assert summary.imbalance == 2.0 and summary.requests_per_replica == "3/0"
     assert summary.p50_ttft_ms == 20.0, "failed requests have no TTFT"
+
+
+def test_kv_aware_decisions_are_read_from_the_router_log():
+    from lab.routing import kv_aware_decisions
+
+    log = ('\x1b[2m2026\x1b[0m DEBUG vllm_router_rs::policies::kv_aware: KV prefix decision outcome="prefix_cost" '
+           'worker="http://127.0.0.1:1" input_tokens=2035 new_prefill_tokens=2035 credited_prefix_tokens=0 x\n'
+           'DEBUG other line credited_prefix_tokens=5\n'
+           'DEBUG KV prefix decision outcome="prefix_cost" worker="w" \x1b[3minput_tokens\x1b[0m\x1b[2m=\x1b[0m2046 new_prefill_tokens=30 '
+           'credited_prefix_tokens=2016 used_binding=false\n')
+    decisions = kv_aware_decisions(log)
+    assert decisions.to_dict("list") == {"input_tokens": [2035, 2046], "credited_prefix_tokens": [0, 2016]}

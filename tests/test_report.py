@@ -106,7 +106,11 @@ def test_the_routing_section_comes_from_the_routing_results(results):
     save_results(pd.DataFrame({"replicas": [2, 64, 64], "policy": ["cache_aware", "cache_aware", "round_robin"],
                                "fraction_of_ideal": [1.0, 0.95, 0.02]}), "09_routing-sim_sweep", env)
     save_results(pd.DataFrame([{"sent": 16, "failed": 3, "failed_sends_logged": 10}]), "09_routing-fault", env)
+    save_results(pd.DataFrame({"in flight": [1, 6], "kv_aware hit rate": [0.62, 0.43], "cache_aware hit rate": [0.62, 0.74],
+                               "decisions": [16, 16], "credited nothing": [4, 10], "tenants": [4, 4]}),
+                 "09_routing-kv_aware", env)
     text = results_section()
+    assert "6 in flight, 10 of 16 decisions credited nothing (4 tenants), hit rate 0.430 vs cache_aware 0.740" in text
     assert "| cache_aware | 0.82 | 526 | 1,513 | 13/11 | 1.08 |" in text
     assert "sim - real round_robin +0.042" in text and "cache_aware 0.95, round_robin 0.02" in text
     assert "16 requests sent, 13 answered, 3 failed" in text
