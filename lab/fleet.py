@@ -22,7 +22,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +29,8 @@ from typing import Any
 
 from lab.backend import backend
 from lab.engine_settings import check_block_size, model_config, resolve_model
-from lab.server import (SERVED_MODEL_NAME, ServerStartError, VLLMServer, answers, free_port, launch_in_own_group,
-                        stop_group)
+from lab.server import (SERVED_MODEL_NAME, VLLMServer, free_port, launch_in_own_group, log_tail, openai_client,
+                        stop_group, wait_until_healthy)
 
 POLICIES = ("random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
             "sticky_least_loaded")  # vllm-router 0.1.17's --policy choices
@@ -47,6 +46,11 @@ def router_executable() -> str:
     return found
 
 
+def check_policy(policy: Any) -> None:
+    if policy not in POLICIES:
+        raise ValueError(f"policy={policy!r}: vllm-router's policies are {', '.join(POLICIES)}")
+
+
 def check_fleet(replicas: Any, policy: Any, kv_blocks: Any, block_size: int, max_model_len: int) -> None:
     """Raise ValueError, before any process starts, on a fleet this machine or the router cannot run."""
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
@@ -55,8 +59,7 @@ def check_fleet(replicas: Any, policy: Any, kv_blocks: Any, block_size: int, max
     if backend() == "cpu" and replicas > cores:
         raise ValueError(f"replicas={replicas}: this CPU has {cores} cores and each CPU replica needs one of its "
                          f"own; use at most {cores}")
-    if policy not in POLICIES:
-        raise ValueError(f"policy={policy!r}: vllm-router's policies are {', '.join(POLICIES)}")
+    check_policy(policy)
     if isinstance(kv_blocks, bool) or not isinstance(kv_blocks, int) or kv_blocks < 1:
         raise ValueError(f"kv_blocks={kv_blocks!r}: use a positive number of usable KV blocks per replica")
     if kv_blocks * block_size < max_model_len:
@@ -91,23 +94,18 @@ class Router:
 
     def start(self) -> Router:
         self.process = launch_in_own_group(self.command(), self.log_path, os.environ)
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise ServerStartError(f"vllm-router exited with code {self.process.returncode} during start-up; "
-                                       f"end of its log ({self.log_path}):\n{self.log_tail()}")
-            if answers(f"{self.url}/health"):
-                return self
-            time.sleep(0.3)
-        self.stop()
-        raise ServerStartError(f"vllm-router not healthy after {self.startup_timeout_s:.0f} s; end of its log "
-                               f"({self.log_path}):\n{self.log_tail()}")
+        try:
+            wait_until_healthy("vllm-router", self.process, f"{self.url}/health", self.log_path, self.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
         stop_group(self.process, timeout_s=10.0)
 
     def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
 
 @dataclass(eq=False)
@@ -152,8 +150,7 @@ class Fleet:
 
     def use_policy(self, policy: str, router_args: Sequence[str] = ()) -> None:
         """Replace the router with one running `policy` (and `router_args`), in front of the same replicas."""
-        if policy not in POLICIES:
-            raise ValueError(f"policy={policy!r}: vllm-router's policies are {', '.join(POLICIES)}")
+        check_policy(policy)
         self.router.stop()
         self.policy, self.router_args = policy, tuple(router_args)
         self.router = self._router(policy, router_args).start()
@@ -187,9 +184,7 @@ class Fleet:
             server.stop()
 
     def client(self):
-        from openai import OpenAI
-
-        return OpenAI(base_url=self.base_url, api_key="not-needed", max_retries=0, timeout=600)
+        return openai_client(self.base_url)
 
     def replica_metrics(self) -> list[dict[str, float]]:
         """Each replica's /metrics, parsed (in replica order)."""

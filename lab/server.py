@@ -84,6 +84,32 @@ def stop_group(process: subprocess.Popen | None, timeout_s: float = 30.0) -> Non
             return
 
 
+def wait_until_healthy(name: str, process: subprocess.Popen, health_url: str, log_path: Path, timeout_s: float) -> None:
+    """Poll `health_url` until it answers; raise ServerStartError with the end of the log if the process
+    exits first or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ServerStartError(f"{name} exited with code {process.returncode} during start-up; "
+                                   f"end of its log ({log_path}):\n{log_tail(log_path)}")
+        if answers(health_url):
+            return
+        time.sleep(0.3)
+    raise ServerStartError(f"{name} not healthy after {timeout_s:.0f} s; end of its log ({log_path}):\n"
+                           f"{log_tail(log_path)}")
+
+
+def log_tail(log_path: Path, lines: int = 40) -> str:
+    return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def openai_client(base_url: str):
+    """The real OpenAI client for a lab server or router (no retries: a failure shows as it happened)."""
+    from openai import OpenAI
+
+    return OpenAI(base_url=base_url, api_key="not-needed", max_retries=0, timeout=600)
+
+
 def answers(url: str, timeout_s: float = 2.0) -> bool:
     """True when GET `url` answers 200."""
     try:
@@ -166,16 +192,7 @@ class VLLMServer:
         _running.add(self)
 
     def wait_until_healthy(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise ServerStartError(f"vLLM server exited with code {self.process.returncode} during start-up; "
-                                       f"end of its log ({self.log_path}):\n{self.log_tail()}")
-            if self.healthy():
-                return
-            time.sleep(0.5)
-        raise ServerStartError(f"vLLM server not healthy after {self.startup_timeout_s:.0f} s; "
-                               f"end of its log ({self.log_path}):\n{self.log_tail()}")
+        wait_until_healthy("vLLM server", self.process, f"{self.url}/health", self.log_path, self.startup_timeout_s)
 
     def healthy(self) -> bool:
         return answers(f"{self.url}/health")
@@ -186,12 +203,10 @@ class VLLMServer:
         stop_group(self.process, timeout_s)
 
     def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
     def client(self):
-        from openai import OpenAI
-
-        return OpenAI(base_url=self.base_url, api_key="not-needed", max_retries=0, timeout=600)
+        return openai_client(self.base_url)
 
     def reset_prefix_cache(self) -> None:
         """Empty the server's prefix cache (blocks in use by running requests stay)."""
