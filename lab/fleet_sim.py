@@ -6,19 +6,22 @@ same workload and arrival order.
     sim = FleetSim(replicas=64, policy="cache_aware", kv_blocks=160, block_size=32)
     routed = sim.run(token_ids_per_request, concurrency=6)    # one row per request: replica, cached tokens
 
-Concurrency is modelled as a window: a request holds its replica (its load, and its KV blocks) until
-`concurrency` later requests have been routed, as if every request took equally long.
+Concurrency is modelled as a closed loop of `concurrency` clients: each sends its next request when its last
+one finishes, and a request holds its replica (its load, and its KV blocks) for as long as its prefill takes,
+one step plus one per uncached block. So a miss keeps its replica busy far longer than a hit, as on a real
+server, and a load-aware policy sends the next miss elsewhere.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import random
-from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
+import torch
 
 from lab.prefix_cache import CacheFullError, PrefixCache
 from lab.radix_cache import RadixCache
@@ -43,10 +46,11 @@ class FleetSim:
             raise ValueError(f"replicas={replicas!r}: use a positive number of replicas")
         if policy not in POLICIES:
             raise ValueError(f"policy={policy!r}: the simulator has {', '.join(POLICIES)}")
-        self.policy, self.knobs, self.rng = policy, knobs or CacheAwareKnobs(), random.Random(seed)
+        self.policy, self.knobs, self.seed, self.rng = policy, knobs or CacheAwareKnobs(), seed, random.Random(seed)
         self.caches = [PrefixCache(num_blocks=kv_blocks, block_size=block_size) for _ in range(replicas)]
         self.trees = [RadixCache(capacity_tokens=10**12) for _ in range(replicas)]  # the router's view, never evicted
         self.load = [0] * replicas
+        self.block_size = block_size
         self.turn = 0
 
     def choose(self, token_ids: Sequence[int], key: Hashable | None = None) -> tuple[int, float]:
@@ -61,7 +65,9 @@ class FleetSim:
             a, b = self.rng.sample(range(n), 2) if n > 1 else (0, 0)
             return (a if self.load[a] <= self.load[b] else b), 0.0
         if self.policy == "consistent_hash":  # no session key: the router hashes the whole request body
-            digest = hashlib.sha256(repr(key if key is not None else tuple(token_ids)).encode()).digest()
+            # which replica a key lands on depends on the router's own hash function; the seed stands for it
+            hashed = key if key is not None else tuple(token_ids)
+            digest = hashlib.sha256(repr((self.seed, hashed)).encode()).digest()
             return int.from_bytes(digest[:8], "big") % n, 0.0
         return self._cache_aware(token_ids)
 
@@ -84,38 +90,41 @@ class FleetSim:
         """Route every request in order; one row per request: replica, prompt and cached tokens, match rate."""
         if concurrency < 1:
             raise ValueError(f"concurrency={concurrency!r}: use at least one request in flight")
-        in_flight: deque[tuple[str, int]] = deque()
-        rows = []
+        in_flight: list[tuple[float, int, int]] = []  # heap of (finish time, request, replica)
+        now, rows = 0.0, []
         for i, token_ids in enumerate(requests):
             if len(in_flight) == concurrency:
-                self._finish(*in_flight.popleft())
+                now = self._finish_next(in_flight)
             replica, rate = self.choose(token_ids, keys[i] if keys is not None else None)
-            request_id = str(i)
-            cached = self._admit(replica, request_id, token_ids, in_flight)
-            self.trees[replica].allocate(request_id, token_ids)  # the router remembers the prompt ...
-            self.trees[replica].free(request_id)  # ... and never forgets it (its tree is not evicted here)
+            cached = self._admit(replica, i, token_ids, in_flight)
+            self.trees[replica].allocate(str(i), token_ids)  # the router remembers the prompt ...
+            self.trees[replica].free(str(i))  # ... and never forgets it (its tree is not evicted here)
             self.load[replica] += 1
-            in_flight.append((request_id, replica))
+            prefill_steps = 1 + (len(token_ids) - cached) / self.block_size
+            heapq.heappush(in_flight, (now + prefill_steps, i, replica))
             rows.append({"request": i, "replica": replica, "prompt_tokens": len(token_ids), "cached_tokens": cached,
                          "match_rate": rate})
         while in_flight:
-            self._finish(*in_flight.popleft())
+            self._finish_next(in_flight)
         return pd.DataFrame(rows)
 
-    def _admit(self, replica: int, request_id: str, token_ids: Sequence[int], in_flight: deque) -> int:
-        """Allocate on the replica; if its pool is full of running requests, finish the oldest ones first
+    def _admit(self, replica: int, request: int, token_ids: Sequence[int], in_flight: list) -> int:
+        """Allocate on the replica; if its pool is full of running requests, finish the earliest ones first
         (a real server would queue the request until they finish)."""
         while True:
             try:
-                return self.caches[replica].allocate(request_id, token_ids)
+                return self.caches[replica].allocate(str(request), token_ids)
             except CacheFullError:
                 if not in_flight:
                     raise
-                self._finish(*in_flight.popleft())
+                self._finish_next(in_flight)
 
-    def _finish(self, request_id: str, replica: int) -> None:
-        self.caches[replica].free(request_id)
+    def _finish_next(self, in_flight: list) -> float:
+        """Finish the request that ends first; returns its finish time."""
+        finish, request, replica = heapq.heappop(in_flight)
+        self.caches[replica].free(str(request))
         self.load[replica] -= 1
+        return finish
 
 
 def summarize_sim(routed: pd.DataFrame, replicas: int) -> pd.Series:
@@ -123,3 +132,39 @@ def summarize_sim(routed: pd.DataFrame, replicas: int) -> pd.Series:
     per_replica = routed.replica.value_counts().reindex(range(replicas), fill_value=0)
     return pd.Series({"requests": len(routed), "fleet_hit_rate": routed.cached_tokens.sum() / routed.prompt_tokens.sum(),
                       "imbalance": per_replica.max() / per_replica.mean()})
+
+
+def synthetic_tenants(num_tenants: int, num_requests: int, context_tokens: int, *, zipf: float = 0.0,
+                      shared_system_tokens: int = 0, seed: int = 0) -> tuple[list[list[int]], list[int]]:
+    """Token ids of a multi-tenant workload too large to tokenize: each request is its tenant's private context
+    and a short question of its own, optionally behind one system prompt shared by every tenant. Tenant k is
+    asked with weight 1 / (k + 1) ** zipf. Returns the requests and each request's tenant. (Only which tokens
+    repeat matters to a prefix cache, so random ids stand in for text.)"""
+    if num_tenants < 1 or num_requests < 1 or context_tokens < 1 or zipf < 0 or shared_system_tokens < 0:
+        raise ValueError(f"synthetic_tenants(num_tenants={num_tenants}, num_requests={num_requests}, "
+                         f"context_tokens={context_tokens}, zipf={zipf}, shared_system_tokens={shared_system_tokens}): "
+                         "use at least one tenant, request and context token, zipf >= 0, shared_system_tokens >= 0")
+    g = torch.Generator().manual_seed(seed)
+    system = torch.randint(3, 30000, (shared_system_tokens,), generator=g).tolist()
+    contexts = [system + torch.randint(3, 30000, (context_tokens,), generator=g).tolist() for _ in range(num_tenants)]
+    weights = torch.tensor([1 / (k + 1) ** zipf for k in range(num_tenants)])
+    order = torch.multinomial(weights, num_requests, replacement=True, generator=g).tolist()
+    return [contexts[t] + [1, 2, i % 30000 + 3] for i, t in enumerate(order)], order
+
+
+def upper_bound_hit_rate(requests: Sequence[Sequence[int]], block_size: int) -> float:
+    """The token hit rate of one prefix cache that never evicts: every full block seen before is a hit (and,
+    as in vLLM, the last prompt token is always computed). No routing policy can beat it."""
+    seen: set[int] = set()
+    hits = total = 0
+    for token_ids in requests:
+        parent, matching, cached = 0, True, 0
+        for start in range(0, len(token_ids) - block_size + 1, block_size):
+            parent = hash((parent, tuple(token_ids[start:start + block_size])))
+            if matching and parent in seen and start + block_size < len(token_ids):
+                cached += block_size
+            else:
+                matching = False
+            seen.add(parent)
+        hits, total = hits + cached, total + len(token_ids)
+    return hits / total

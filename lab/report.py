@@ -175,10 +175,14 @@ def routing_section() -> list[str]:
     f = fault.iloc[0]
     kv, _ = _latest_or_none("09_routing-kv_aware")
     kv_line = [] if kv is None else ["", "kv_aware credits only blocks the replicas have reported stored: "
-                                     + "; ".join(f"{int(r['in flight'])} in flight, {int(r['credited nothing'])} of "
-                                                 f"{int(r['decisions'])} decisions credited nothing ({int(r.tenants)} "
-                                                 f"tenants), hit rate {r['kv_aware hit rate']:.3f} vs cache_aware "
-                                                 f"{r['cache_aware hit rate']:.3f}" for _, r in kv.iterrows()) + "."]
+                                     + "; ".join(f"{r['run']}, {int(r['credited nothing'])} of {int(r['decisions'])} "
+                                                 f"decisions credited nothing ({int(r.tenants)} tenants), hit rate "
+                                                 f"{r['kv_aware hit rate']:.3f} vs cache_aware {r['cache_aware hit rate']:.3f}"
+                                                 for _, r in kv.iterrows()) + "."]
+    timing, _ = _latest_or_none("09_routing-sim_timing")
+    timing_line = [] if timing is None else [
+        f" Routing {env['timed_requests']:,} requests over 64 simulated replicas took {timing.seconds.sum():.0f} s for all "
+        f"{len(timing)} policies ({', '.join(f'{p} {t:.1f} s' for p, t in zip(timing.policy, timing.seconds))})."]
     return [
         "",
         f"**Routing across real replicas** (`09_routing`, run `{meta['run_id']}`: {env['replicas']} vLLM servers behind "
@@ -191,7 +195,8 @@ def routing_section() -> list[str]:
         + ", ".join(f"{p} {d:+.3f}" for p, d in zip(agreement.policy, agreement["hit rate difference"]))
         + f". At {int(sweep.replicas.max())} simulated replicas, the share of the ideal reuse kept: "
         + ", ".join(f"{p} {v:.2f}" for p, v in largest.sort_values(ascending=False).items())
-        + f" ({env['sim_requests']} requests per point, the whole sweep in {env['sweep_seconds']:.0f} s).",
+        + f" ({env['sim_requests']} requests per point, the whole sweep in {env['sweep_seconds']:.0f} s)."
+        + "".join(timing_line),
         "",
         f"A replica killed mid-run: {int(f.sent)} requests sent, {int(f.sent - f.failed)} answered, {int(f.failed)} "
         f"failed; the router logged {int(f.failed_sends_logged)} failed sends and retried them on the survivor.",

@@ -36,16 +36,23 @@ def replica_counters(fleet: Fleet, skip_unreachable: bool = False) -> pd.DataFra
 
 
 def route_workload(fleet: Fleet, records: Sequence[dict], *, concurrency: int, max_tokens: int = 4,
-                   progress: bool = True, tolerate_failures: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   progress: bool = True, tolerate_failures: bool = False,
+                   session_header: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Stream every record's prompt through the router with `concurrency` requests in flight. Returns the
     per-request frame (in record order; `error` holds a failed request's exception when `tolerate_failures`)
-    and the per-replica frame of counter growth over the run (replicas that no longer answer are left out)."""
+    and the per-replica frame of counter growth over the run (replicas that no longer answer are left out).
+    With `session_header` (e.g. "X-Session-ID", what consistent_hash keys on) every request carries its
+    record's tenant in that header."""
     if not len(records):
         raise ValueError("records is empty: pass a workload's records, e.g. load_workload('tenants').records")
+    if session_header is not None and any("tenant" not in r for r in records):
+        raise ValueError(f"session_header={session_header!r} needs a 'tenant' in every record, "
+                         "e.g. records of the 'tenants' workload")
+    headers = [{session_header: f"tenant-{r['tenant']}"} for r in records] if session_header else None
     before = replica_counters(fleet)
     results = complete_concurrently(fleet.client(), fleet.model_name, [r["prompt"] for r in records],
                                     concurrency=concurrency, max_tokens=max_tokens, progress=progress,
-                                    return_exceptions=tolerate_failures)
+                                    return_exceptions=tolerate_failures, headers=headers)
     replicas = (replica_counters(fleet, skip_unreachable=tolerate_failures) - before).dropna()
     requests = pd.DataFrame([_request_row(r, s) for r, s in zip(records, results)])
     return requests, replicas

@@ -253,12 +253,14 @@ class StreamResult:
     completion_tokens: int
 
 
-def stream_completion(client, model: str, prompt: str, max_tokens: int = 8, **extra_body) -> StreamResult:
-    """One streamed completion; TTFT as the client sees it, and the usage the server reports."""
+def stream_completion(client, model: str, prompt: str, max_tokens: int = 8, headers: Mapping[str, str] | None = None,
+                      **extra_body) -> StreamResult:
+    """One streamed completion; TTFT as the client sees it, and the usage the server reports. `headers` are
+    sent with the request (e.g. a session key for a router)."""
     start = time.perf_counter()
     stream = client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0.0,
                                        stream=True, stream_options={"include_usage": True},
-                                       extra_body=extra_body or None)
+                                       extra_headers=headers, extra_body=extra_body or None)
     first, text, usage = None, [], None
     for chunk in stream:
         if chunk.choices:  # a token arrived (its text may be empty until a UTF-8 character completes)
@@ -275,15 +277,20 @@ def stream_completion(client, model: str, prompt: str, max_tokens: int = 8, **ex
 
 
 def complete_concurrently(client, model: str, prompts: Sequence[str], *, concurrency: int, max_tokens: int = 8,
-                          progress: bool = True, return_exceptions: bool = False) -> list[StreamResult | Exception]:
+                          progress: bool = True, return_exceptions: bool = False,
+                          headers: Sequence[Mapping[str, str] | None] | None = None) -> list[StreamResult | Exception]:
     """Stream every prompt with at most `concurrency` requests in flight (a thread each); results in prompt
-    order. A failed request raises, or with `return_exceptions` takes its exception's place in the list."""
+    order. A failed request raises, or with `return_exceptions` takes its exception's place in the list.
+    `headers`, if given, holds one mapping (or None) per prompt."""
     from tqdm.auto import tqdm
 
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ValueError(f"concurrency={concurrency!r}: use a positive number of requests in flight, e.g. 8")
+    if headers is not None and len(headers) != len(prompts):
+        raise ValueError(f"headers has {len(headers)} entries for {len(prompts)} prompts: give one per prompt")
+    headers = headers if headers is not None else [None] * len(prompts)
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = [pool.submit(stream_completion, client, model, p, max_tokens) for p in prompts]
+        futures = [pool.submit(stream_completion, client, model, p, max_tokens, h) for p, h in zip(prompts, headers)]
         for future in tqdm(futures, desc="requests", disable=not progress, leave=False):
             if future.exception() is not None and not return_exceptions:
                 raise future.exception()

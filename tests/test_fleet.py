@@ -33,11 +33,17 @@ def test_two_replicas_behind_the_router_serve_count_and_stop_clean():
         fleet.use_policy("cache_aware")
         fleet.reset_prefix_caches()
         _, one_at_a_time = route_workload(fleet, records, concurrency=1, progress=False)
+        fleet.use_policy("consistent_hash")
+        fleet.reset_prefix_caches()
+        by_tenant = sorted(records, key=lambda r: r["tenant"])
+        keyed, _ = route_workload(fleet, by_tenant, concurrency=1, progress=False, session_header="X-Session-ID")
         processes = [s.process for s in fleet.servers] + [first_router.process, fleet.router.process]
         ports = [s.port for s in fleet.servers] + [fleet.router.port]
     assert first_router.process.poll() is not None, "switching policy replaced the router"
     assert sorted(one_at_a_time.requests) == [0, 8], "cache_aware, one at a time (loads tied): all to one replica"
     assert one_at_a_time.hits.sum() > 0
+    repeats = keyed.tenant.duplicated()
+    assert repeats.any() and (keyed.cached_tokens[repeats] > 0).all(), "a session key keeps a tenant on its replica"
     assert replicas.requests.tolist() == [4, 4], "round robin: every other request to each replica"
     assert replicas.queries.sum() == requests.prompt_tokens.sum(), "every prompt token was looked up once"
     assert replicas.hits.sum() == requests.cached_tokens.sum(), "the replicas' counters add up to the usage"

@@ -68,3 +68,47 @@ def test_every_request_is_served_once_and_loads_add_up(policy, replicas, concurr
 def test_bad_fleets_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         FleetSim(kv_blocks=8, block_size=BLOCK, **kwargs)
+
+
+def test_a_session_key_keeps_each_tenant_on_one_replica():
+    requests = tenant_requests(tenants=4, per_tenant=6)
+    tenants = [r[0] // 1000 for r in requests]
+    routed = FleetSim(3, "consistent_hash", kv_blocks=64, block_size=BLOCK).run(requests, keys=tenants)
+    assert (routed.groupby(tenants).replica.nunique() == 1).all()
+    keyless = FleetSim(3, "consistent_hash", kv_blocks=64, block_size=BLOCK).run(requests)
+    assert (keyless.groupby(tenants).replica.nunique() > 1).any(), "without a key the whole request is hashed"
+
+
+def test_a_miss_holds_its_replica_longer_than_a_hit():
+    """Two in flight: a long miss on replica 0, then a short request on replica 1. The short one ends first,
+    so the next miss finds replica 1 idle and replica 0 still busy (with equal durations, first in first
+    out, it would have found replica 0 idle)."""
+    long_a, short, long_b = [1] * 40 + [7], [2, 3], [4] * 40 + [7]
+    routed = FleetSim(2, "cache_aware", kv_blocks=64, block_size=BLOCK).run([long_a, short, long_b], concurrency=2)
+    assert routed.replica.tolist() == [0, 1, 1]
+
+
+def test_synthetic_tenants_share_a_context_per_tenant_and_follow_zipf():
+    from lab.fleet_sim import synthetic_tenants
+
+    requests, order = synthetic_tenants(4, 400, context_tokens=64, zipf=1.5, shared_system_tokens=16, seed=1)
+    assert len(requests) == len(order) == 400
+    by_tenant = {t: r[:80] for r, t in zip(requests, order)}
+    assert all(r[:80] == by_tenant[t] for r, t in zip(requests, order)), "a tenant's requests share its context"
+    assert len({tuple(r[:16]) for r in requests}) == 1, "every tenant starts with the shared system prompt"
+    counts = [order.count(k) for k in range(4)]
+    assert counts[0] > counts[1] > counts[3], "tenant 0 is the most popular under Zipf"
+    with pytest.raises(ValueError, match=r"zipf=-1.*zipf >= 0"):
+        synthetic_tenants(4, 10, context_tokens=64, zipf=-1)
+
+
+def test_the_upper_bound_is_a_cache_that_never_evicts():
+    from lab.fleet_sim import upper_bound_hit_rate
+
+    requests = tenant_requests(tenants=3, per_tenant=5)
+    cache = PrefixCache(num_blocks=1000, block_size=BLOCK)
+    hits = sum(cache.allocate(str(i), r) for i, r in enumerate(requests))
+    assert upper_bound_hit_rate(requests, BLOCK) == hits / sum(map(len, requests))
+    for policy in POLICIES:
+        routed = FleetSim(3, policy, kv_blocks=16, block_size=BLOCK).run(requests, concurrency=3)
+        assert summarize_sim(routed, 3).fleet_hit_rate <= upper_bound_hit_rate(requests, BLOCK)

@@ -97,7 +97,7 @@ def test_the_online_rate_is_the_one_the_arrivals_delivered(results):
 
 def test_the_routing_section_comes_from_the_routing_results(results):
     env = environment(replicas=2, num_tenants=4, context_tokens=2000, n_requests=24, concurrency=6, kv_blocks=160,
-                      sim_requests=100, sweep_seconds=1.5)
+                      sim_requests=100, sweep_seconds=1.5, timed_requests=10000)
     save_results(pd.DataFrame({"policy": ["round_robin", "cache_aware"], "fleet_hit_rate": [0.49, 0.82],
                                "p50_ttft_ms": [994.0, 526.0], "p99_ttft_ms": [2594.0, 1513.0],
                                "requests_per_replica": ["12/12", "13/11"], "imbalance": [1.0, 1.08]}),
@@ -106,11 +106,13 @@ def test_the_routing_section_comes_from_the_routing_results(results):
     save_results(pd.DataFrame({"replicas": [2, 64, 64], "policy": ["cache_aware", "cache_aware", "round_robin"],
                                "fraction_of_ideal": [1.0, 0.95, 0.02]}), "09_routing-sim_sweep", env)
     save_results(pd.DataFrame([{"sent": 16, "failed": 3, "failed_sends_logged": 10}]), "09_routing-fault", env)
-    save_results(pd.DataFrame({"in flight": [1, 6], "kv_aware hit rate": [0.62, 0.43], "cache_aware hit rate": [0.62, 0.74],
+    save_results(pd.DataFrame({"policy": ["round_robin", "cache_aware"], "seconds": [4.9, 8.8]}), "09_routing-sim_timing", env)
+    save_results(pd.DataFrame({"run": ["cold, 1 in flight", "cold, 6 in flight"], "kv_aware hit rate": [0.62, 0.43], "cache_aware hit rate": [0.62, 0.74],
                                "decisions": [16, 16], "credited nothing": [4, 10], "tenants": [4, 4]}),
                  "09_routing-kv_aware", env)
     text = results_section()
-    assert "6 in flight, 10 of 16 decisions credited nothing (4 tenants), hit rate 0.430 vs cache_aware 0.740" in text
+    assert "cold, 6 in flight, 10 of 16 decisions credited nothing (4 tenants), hit rate 0.430 vs cache_aware 0.740" in text
+    assert "10,000 requests over 64 simulated replicas took 14 s for all 2 policies (round_robin 4.9 s" in text
     assert "| cache_aware | 0.82 | 526 | 1,513 | 13/11 | 1.08 |" in text
     assert "sim - real round_robin +0.042" in text and "cache_aware 0.95, round_robin 0.02" in text
     assert "16 requests sent, 13 answered, 3 failed" in text
