@@ -73,6 +73,11 @@ def _flag(name: str, value: Any) -> list[str]:
     return [flag, str(value)]
 
 
+def accepted_block_sizes() -> tuple[int, ...]:
+    """Block sizes worth comparing on this back-end: vLLM's CPU attention needs multiples of 32."""
+    return (32, 64, 128) if backend() == "cpu" else (16, 32, 64, 128)
+
+
 def check_block_size(block_size: Any) -> None:
     """Raise ValueError unless `block_size` is one the current back-end accepts (None: engine default)."""
     if block_size is None:

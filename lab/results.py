@@ -73,12 +73,14 @@ def _run_order(path: Path) -> tuple[str, int]:
     return stamp, attempt
 
 
-def load_latest(name: str) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The most recent results table saved under `name`, with its provenance. Runs are ordered by the run id
-    in their file name (a timestamp), not by file times, which a fresh clone sets all alike."""
-    candidates = sorted(results_dir().glob(f"{name}-*.csv"), key=_run_order)
+def load_latest(name: str, directory: Path | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The most recent results table saved under `name` (in `directory`, default results_dir()), with its
+    provenance. Runs are ordered by the run id in their file name (a timestamp), not by file times, which a
+    fresh clone sets all alike."""
+    directory = directory or results_dir()
+    candidates = sorted(directory.glob(f"{name}-*.csv"), key=_run_order)
     if not candidates:
-        raise FileNotFoundError(f"no results named {name!r} under {results_dir()}; run the notebook or `make run` first")
+        raise FileNotFoundError(f"no results named {name!r} under {directory}; run the notebook or `make run` first")
     latest = candidates[-1]
     meta = json.loads(latest.with_suffix(".json").read_text())
     return pd.read_csv(latest), meta

@@ -16,7 +16,8 @@ LAYERS = [
     {"backend", "model", "article"},
     {"block_hash", "prefix_cache", "radix_cache", "mini_engine", "fleet_sim"},
     {"engine_settings", "vllm_internals", "engine", "server", "fleet"},
-    {"workloads", "measure", "results", "plots", "report", "runner", "bench", "capacity", "serving_bench", "routing"},
+    {"workloads", "measure", "results", "plots", "report", "runner", "bench", "capacity", "serving_bench", "routing",
+     "audit", "audit_report"},
 ]
 LAB = PROJECT_ROOT / "lab"
 MODULES = sorted(p.stem for p in LAB.glob("*.py") if p.stem != "__init__")

@@ -1,0 +1,125 @@
+"""lab.audit: a workload whose answer is known by construction, the report's numbers against direct
+replays, the real engine's confirmation, and every bad input's message."""
+
+import json
+import random
+
+import pytest
+
+from lab.audit import (AuditInputError, audit, load_tokenizer, main, move_line_to_end, read_prompts, replay_hit_rate,
+                       value_kind)
+from lab.audit_report import write_report
+from lab.workloads import text_of_tokens
+
+SHARED = text_of_tokens(random.Random(1), 400, "policy")
+
+
+def timestamped(i: int) -> str:
+    """A template with a timestamp in front of a long shared part: nothing is shared until it moves."""
+    question = text_of_tokens(random.Random(100 + i), 12, "all")
+    return f"Current time: 2026-11-30 09:{i // 60:02d}:{i % 60:02d}\nYou are a support assistant.\n{SHARED}\nQuestion: {question}"
+
+
+def write_jsonl(path, records):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer(None)
+
+
+@pytest.fixture(scope="module")
+def timestamp_audit(tmp_path_factory):
+    path = write_jsonl(tmp_path_factory.mktemp("audit") / "timestamped.jsonl",
+                       [{"prompt": timestamped(i), "tenant": f"t{i % 3}"} for i in range(60)])
+    return audit(path, confirm=0, replicas=2, kv_tokens=40_000, progress=False)
+
+
+def test_a_leading_timestamp_is_named_and_moving_it_is_measured(timestamp_audit, tok):
+    s = timestamp_audit.summary
+    field = timestamp_audit.fields[0]
+    assert field.label == "Current time:" and field.kind == "timestamp" and field.prompts == 60
+    assert field.median_token_position < 0.1 * s["prompt_tokens"]["mean"], "the divergence is at the front"
+    assert s["hit_rate_by_block_size"][s["recommended_block_size"]] < 0.05, "as written, nothing is shared"
+    moved = [f"You are a support assistant.\n{SHARED}\nQuestion: " + timestamped(i).split("Question: ")[1]
+             + "\n" + timestamped(i).split("\n")[0] for i in range(60)]
+    assert moved[0] == move_line_to_end(timestamped(0), "Current time:")
+    replayed = replay_hit_rate(tok(moved)["input_ids"], s["recommended_block_size"], 40_000)
+    assert field.hit_rate_after == replayed > 0.8, "the rewritten hit rate is a replay of the rewritten prompts"
+
+
+def test_the_summary_hit_rates_are_prefix_cache_replays(timestamp_audit, tok, tmp_path):
+    s = timestamp_audit.summary
+    prompts = [timestamped(i) for i in range(60)]
+    ids = tok(prompts)["input_ids"]
+    assert s["hit_rate_by_block_size"] == {size: replay_hit_rate(ids, size, 40_000) for size in (32, 64, 128)}
+    assert s["tenant_salt"]["tenants"] == 3 and s["tenant_salt"]["hit_rate_salted"] <= s["tenant_salt"]["hit_rate_shared"]
+    assert s["projection"]["note"].startswith("a projection") and s["projection"]["source"].startswith("10_capacity-gain")
+    assert {r["policy"] for r in s["fleet"]["policies"]} >= {"round_robin", "consistent_hash"}
+    page, summary = write_report(timestamp_audit, tmp_path)
+    text = page.read_text()
+    assert "Current time:" in text and "<script src=\"http" not in text, "the page is self-contained"
+    assert json.loads(summary.read_text())["prompts"] == 60
+    assert write_report(timestamp_audit, tmp_path)[0] != page, "a second report never overwrites the first"
+
+
+def test_shared_prefixes_without_a_breaking_field_and_the_engine_confirms(tmp_path):
+    """Prompts that share their start: no field to move; the real engine's hit rate on a sample is close to
+    the replay's (vLLM's block pool is what PrefixCache follows)."""
+    rng = random.Random(0)
+    path = write_jsonl(tmp_path / "shared.jsonl",
+                       [{"prompt": f"{SHARED}\nQuestion {i}: {text_of_tokens(rng, 30, 'all')}"} for i in range(12)])
+    result = audit(path, confirm=8, replicas=2, block_sizes=[32], progress=False)
+    s = result.summary
+    assert result.fields == [] and s["divergence"]["median_shared_fraction"] > 0.8
+    confirmation = s["confirmation"]
+    assert confirmation["prompts"] == 8 and confirmation["hit_rate"] > 0.5
+    first_eight = load_tokenizer(None)([json.loads(line)["prompt"] for line in path.read_text().splitlines()[:8]])
+    assert abs(confirmation["hit_rate"] - replay_hit_rate(first_eight["input_ids"], 32, 100_000)) < 0.02
+
+
+def test_values_are_named_by_what_they_look_like():
+    assert [value_kind(v) for v in ("2026-11-30 09:00:01", "req-7f3a9c21e4", "42", "Alice", "how do I pay")] == \
+        ["timestamp", "identifier", "number", "name", "text"]
+
+
+def test_chat_records_use_the_chat_template(tmp_path, tok):
+    path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "Where is my parcel?"}]}])
+    prompts = read_prompts(path, tok, progress=False)
+    rendered = tok.apply_chat_template([{"role": "user", "content": "Where is my parcel?"}], tokenize=False,
+                                       add_generation_prompt=True)
+    assert prompts.texts == [rendered] and prompts.token_ids[0] == tok(rendered, add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize("lines, message", [
+    ([], r"empty.jsonl: nothing to audit, it is empty"),
+    (['{"prompt": "fine"}', "not json"], r"bad.jsonl:2: not JSON .*--skip-bad"),
+    (['{"text": "no prompt here"}'], r"bad.jsonl:1: has neither 'prompt' nor 'messages'"),
+    ([{"prompt": "word " * 6000}], r"bad.jsonl:1: \d+ tokens, longer than the model's context of 4096"),
+    ([{"prompt": "hello", "arrival_s": "soon"}], r"bad.jsonl:1: 'arrival_s' must be a number"),
+])
+def test_bad_input_names_the_file_the_line_and_a_fix(tmp_path, tok, lines, message):
+    path = write_jsonl(tmp_path / ("empty.jsonl" if not lines else "bad.jsonl"), lines)
+    with pytest.raises(AuditInputError, match=message):
+        read_prompts(path, tok, progress=False)
+
+
+def test_skip_bad_audits_the_good_lines_and_counts_the_rest(tmp_path, tok):
+    path = write_jsonl(tmp_path / "mixed.jsonl", ['{"prompt": "one"}', "oops", '{"nothing": 1}', '{"prompt": "two"}'])
+    prompts = read_prompts(path, tok, skip_bad=True, progress=False)
+    assert prompts.lines == [1, 4] and len(prompts.skipped) == 2 and "mixed.jsonl:2" in prompts.skipped[0]
+
+
+def test_a_tokenizer_that_cannot_load_and_a_missing_file_are_named(tmp_path, capsys):
+    with pytest.raises(AuditInputError, match=r"--model .*nowhere: cannot load a tokenizer .* leave --model out"):
+        load_tokenizer(str(tmp_path / "nowhere"))
+    assert main([str(tmp_path / "missing.jsonl"), "--confirm", "0"]) == 2
+    assert "missing.jsonl: no such file" in capsys.readouterr().err
+
+
+def test_a_kv_capacity_smaller_than_a_prompt_is_refused(tmp_path):
+    path = write_jsonl(tmp_path / "long.jsonl", [{"prompt": timestamped(0)}])
+    with pytest.raises(AuditInputError, match=r"kv_tokens=500 cannot hold .*long.jsonl:1"):
+        audit(path, kv_tokens=500, confirm=0, progress=False)
