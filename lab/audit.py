@@ -297,8 +297,10 @@ def where_prompts_diverge(texts: Sequence[str], top: int = 3) -> dict:
 
 def breaking_fields(texts: Sequence[str], tokenizer, block_size: int, kv_tokens: int, max_fields: int = 3,
                     min_gain: float = 0.01) -> list[Field]:
-    """Find the line where prompts first diverge, move it to the end of every prompt, replay, and repeat
-    while the hit rate rises by at least `min_gain`: each field with the hit rate before and after."""
+    """Find the line where prompts first diverge, move it to the end of every prompt, replay, and repeat up to
+    `max_fields` times (a second field right behind the first hides the first one's gain until both have
+    moved). Each field comes with the hit rate before and after its move; moves after the last one that
+    raised the hit rate by `min_gain` are dropped."""
     fields: list[Field] = []
     current = list(texts)
     before = replay_hit_rate(_encode(tokenizer, current), block_size, kv_tokens)
@@ -307,13 +309,14 @@ def breaking_fields(texts: Sequence[str], tokenizer, block_size: int, kv_tokens:
         if found is None:
             break
         label, kind, examples, heads = found
-        rewritten = [move_line_to_end(t, label) for t in current]
-        after = replay_hit_rate(_encode(tokenizer, rewritten), block_size, kv_tokens)
-        if after < before + min_gain:
-            break
+        current = [move_line_to_end(t, label) for t in current]
+        after = replay_hit_rate(_encode(tokenizer, current), block_size, kv_tokens)
         position = int(np.median([len(ids) for ids in tokenizer(heads[:50])["input_ids"]]))
         fields.append(Field(label, kind, examples, len(heads), position, before, after))
-        current, before = rewritten, after
+        before = after
+    while fields and fields[-1].hit_rate_after < max([fields[0].hit_rate_before] +
+                                                     [f.hit_rate_after for f in fields[:-1]]) + min_gain:
+        fields.pop()
     return fields
 
 

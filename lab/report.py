@@ -204,6 +204,26 @@ def routing_section() -> list[str]:
     ]
 
 
+def audit_section() -> list[str]:
+    """The audit of notebook 11: the customer-service bot, the timestamped template, and the scale run."""
+    audit, meta = _latest_or_none("11_your_workload-audit")
+    if audit is None:
+        return []
+    bot, stamped = audit.set_index("workload").loc["customer_service"], audit.set_index("workload").loc["timestamped"]
+    scale, scale_meta = _latest_or_none("11_your_workload-scale")
+    scale_line = "" if scale is None else (
+        f" At scale (run `{scale_meta['run_id']}`): {scale_meta['environment']['prompts']:,} prompts of about "
+        f"{scale_meta['environment']['mean_prompt_tokens']:.0f} tokens audited in {scale.seconds.sum():.0f} s ("
+        + ", ".join(f"{r.section} {r.seconds:.0f} s" for r in scale.itertuples()) + ").")
+    return ["", f"**Audit of a workload** (`lab.audit`, `11_your_workload`, run `{meta['run_id']}`): the customer-service "
+            f"bot's {int(bot.prompts)} prompts reach a token hit rate of {bot.hit_rate:.1%} at block size "
+            f"{int(bot.recommended_block_size)} (radix tree {bot.radix_hit_rate:.1%}); the lab's curve projects "
+            f"x{bot.projected_throughput_gain:.2f} throughput, the engine measured x{bot.measured_throughput_gain:.2f} on "
+            f"a sample; recommended routing {bot.recommended_policy}; a salt per customer leaves {bot.salted_hit_rate:.1%}. "
+            f"A template with {stamped.fields} in front: {stamped.hit_rate:.1%}, and {stamped.hit_rate_after_moving_fields:.1%} "
+            "with those lines moved to the end (rewritten and replayed)." + scale_line]
+
+
 def claims_section() -> list[str]:
     """The verdicts of the claims ledger, counted, with the claims under each."""
     ledger = article.claims()
@@ -247,6 +267,7 @@ def results_section() -> str:
         + ", ".join(f"{w} {s}" for w, s in recommended.items()) + f"; across all {len(recommended)}, **{recommended.min()}**.",
         *capacity,
         *routing,
+        *audit_section(),
         *claims_section(),
         "",
         "![with/without](figures/04_cache_on_vs_off-changes.png)",

@@ -116,3 +116,23 @@ def test_the_routing_section_comes_from_the_routing_results(results):
     assert "| cache_aware | 0.82 | 526 | 1,513 | 13/11 | 1.08 |" in text
     assert "sim - real round_robin +0.042" in text and "cache_aware 0.95, round_robin 0.02" in text
     assert "16 requests sent, 13 answered, 3 failed" in text
+
+
+def test_the_audit_section_comes_from_the_audit_results(results):
+    from lab.report import audit_section
+
+    assert audit_section() == [], "nothing before notebook 11 has run"
+    env = environment(notebook="11_your_workload")
+    save_results(pd.DataFrame([
+        {"workload": "customer_service", "prompts": 300, "recommended_block_size": 32, "hit_rate": 0.675,
+         "radix_hit_rate": 0.688, "projected_throughput_gain": 2.92, "measured_throughput_gain": 2.14,
+         "recommended_policy": "cache_aware --cache-threshold 0.5", "salted_hit_rate": 0.31},
+        {"workload": "timestamped", "prompts": 120, "recommended_block_size": 128, "hit_rate": 0.0,
+         "hit_rate_after_moving_fields": 0.86, "fields": "Current time: + Request id:"}]), "11_your_workload-audit", env)
+    save_results(pd.DataFrame({"section": ["read and tokenize", "hit rates"], "seconds": [100.0, 50.0]}),
+                 "11_your_workload-scale", environment(prompts=100000, mean_prompt_tokens=1017.0))
+    text = "\n".join(audit_section())
+    assert "300 prompts reach a token hit rate of 67.5% at block size 32 (radix tree 68.8%)" in text
+    assert "x2.92 throughput, the engine measured x2.14" in text
+    assert "Current time: + Request id: in front: 0.0%, and 86.0%" in text
+    assert "100,000 prompts of about 1017 tokens audited in 150 s (read and tokenize 100 s, hit rates 50 s)" in text
