@@ -380,21 +380,23 @@ THRESHOLDS = (0.3, 0.5, 0.8)  # cache_aware --cache-threshold values tried
 
 
 def fleet_policies(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | None], replicas: int, block_size: int,
-                   kv_tokens: int, max_imbalance: float = 1.5) -> tuple[pd.DataFrame, str]:
+                   kv_tokens: int, max_imbalance: float = 1.5, progress: bool = False) -> tuple[pd.DataFrame, str]:
     """Every router policy (cache_aware at several cache thresholds) simulated over `replicas` replicas
     of `kv_tokens` each, with 2 requests per replica in flight; the recommendation is the highest hit rate
     whose load imbalance (max / mean requests) stays within `max_imbalance`."""
+    from tqdm.auto import tqdm
+
     keys = list(tenants) if all(t is not None for t in tenants) else None
+    runs = [(policy, threshold) for policy in POLICIES for threshold in (THRESHOLDS if policy == "cache_aware" else (None,))]
     rows = []
-    for policy in POLICIES:
-        for threshold in (THRESHOLDS if policy == "cache_aware" else (None,)):
-            knobs = CacheAwareKnobs(cache_threshold=threshold) if threshold is not None else None
-            sim = FleetSim(replicas, policy, kv_blocks=kv_tokens // block_size, block_size=block_size, knobs=knobs)
-            s = summarize_sim(sim.run(token_ids, concurrency=2 * replicas,
-                                      keys=keys if policy == "consistent_hash" else None), replicas)
-            name = policy if threshold is None else f"cache_aware --cache-threshold {threshold}"
-            rows.append({"policy": name, "fleet_hit_rate": s.fleet_hit_rate, "imbalance": s.imbalance,
-                         "session_key": "tenant" if policy == "consistent_hash" and keys else ""})
+    for policy, threshold in tqdm(runs, desc="simulating policies", disable=not progress, leave=False):
+        knobs = CacheAwareKnobs(cache_threshold=threshold) if threshold is not None else None
+        sim = FleetSim(replicas, policy, kv_blocks=kv_tokens // block_size, block_size=block_size, knobs=knobs)
+        s = summarize_sim(sim.run(token_ids, concurrency=2 * replicas,
+                                  keys=keys if policy == "consistent_hash" else None), replicas)
+        name = policy if threshold is None else f"cache_aware --cache-threshold {threshold}"
+        rows.append({"policy": name, "fleet_hit_rate": s.fleet_hit_rate, "imbalance": s.imbalance,
+                     "session_key": "tenant" if policy == "consistent_hash" and keys else ""})
     table = pd.DataFrame(rows)
     if table.fleet_hit_rate.max() < 0.01:  # nothing to share: only the load matters
         return table, "round_robin"
@@ -447,12 +449,15 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
         timings[name] = round(time.perf_counter() - clock, 2)
         clock = time.perf_counter()
 
+    from tqdm.auto import tqdm
+
     tokenizer = load_tokenizer(model)
     prompts = read_prompts(path, tokenizer, skip_bad=skip_bad, progress=progress)
     check_capacity(prompts.token_ids, kv_tokens, prompts.lines, prompts.path)
     lap("read and tokenize")
     sizes = list(block_sizes or accepted_block_sizes())
-    rates = {size: replay_hit_rate(prompts.token_ids, size, kv_tokens) for size in sizes}
+    rates = {size: replay_hit_rate(prompts.token_ids, size, kv_tokens)
+             for size in tqdm(sizes, desc="replaying per block size", disable=not progress, leave=False)}
     radix = radix_hit_rate(prompts.token_ids, kv_tokens)
     hit_rates = pd.DataFrame({"cache": [f"blocks of {s}" for s in sizes] + ["radix tree (token-granular)"],
                               "block_size": sizes + [1], "hit_rate": list(rates.values()) + [radix]})
@@ -471,7 +476,7 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
         confirmation["projected"] = project(confirmation["hit_rate"], curve)
     lap("projection and confirmation")
     _, fleet_ids, fleet_tenants = _sample(prompts, fleet_sample)
-    fleet, recommended = fleet_policies(fleet_ids, fleet_tenants, replicas, best_size, kv_tokens)
+    fleet, recommended = fleet_policies(fleet_ids, fleet_tenants, replicas, best_size, kv_tokens, progress=progress)
     lap("fleet")
     salt = salt_cost(prompts.token_ids, prompts.tenants, best_size, kv_tokens)
     lap("tenant salt")

@@ -65,19 +65,14 @@ def test_the_summary_hit_rates_are_prefix_cache_replays(timestamp_audit, tok, tm
     assert write_report(timestamp_audit, tmp_path)[0] != page, "a second report never overwrites the first"
 
 
-def test_shared_prefixes_without_a_breaking_field_and_the_engine_confirms(tmp_path):
-    """Prompts that share their start: no field to move; the real engine's hit rate on a sample is close to
-    the replay's (vLLM's block pool is what PrefixCache follows)."""
+def test_prompts_that_share_their_start_have_no_field_to_move(tmp_path):
+    """(The real engine's confirmation is checked against the replay in notebooks/11_your_workload.ipynb.)"""
     rng = random.Random(0)
     path = write_jsonl(tmp_path / "shared.jsonl",
                        [{"prompt": f"{SHARED}\nQuestion {i}: {text_of_tokens(rng, 30, 'all')}"} for i in range(12)])
-    result = audit(path, confirm=8, replicas=2, block_sizes=[32], progress=False)
-    s = result.summary
-    assert result.fields == [] and s["divergence"]["median_shared_fraction"] > 0.8
-    confirmation = s["confirmation"]
-    assert confirmation["prompts"] == 8 and confirmation["hit_rate"] > 0.5
-    first_eight = load_tokenizer(None)([json.loads(line)["prompt"] for line in path.read_text().splitlines()[:8]])
-    assert abs(confirmation["hit_rate"] - replay_hit_rate(first_eight["input_ids"], 32, 100_000)) < 0.02
+    result = audit(path, confirm=0, replicas=2, block_sizes=[32], progress=False)
+    assert result.fields == [] and result.summary["divergence"]["median_shared_fraction"] > 0.8
+    assert result.summary["confirmation"] is None and result.summary["hit_rate_by_block_size"][32] > 0.5
 
 
 def test_values_are_named_by_what_they_look_like():

@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from lab.capacity import (a100_curve, amdahl_bound, capacity, gain_vs_hit_rate, hit_rate_for, ratio_interval,
+from lab.capacity import (a100_curve, amdahl_bound, capacity, hit_rate_for, ratio_interval,
                           shared_fraction_prompts, zero_hit_runs)
 from lab.prefix_cache import PrefixCache
 from lab.workloads import tokenizer
@@ -70,21 +70,6 @@ def test_interval_brackets_the_mean_and_narrows_with_agreement():
     assert wide[2] - wide[1] > high - low
     with pytest.raises(ValueError, match="at least two"):
         ratio_interval([1.0])
-
-
-def test_the_gain_grows_with_the_hit_rate_on_the_real_engine():
-    from lab.model import ensure_model
-
-    # Big enough that a few engine steps more or less do not decide the ratio (6 x 384 tokens once gave 1.3x the bound)
-    sets = {f: shared_fraction_prompts(tokenizer(), 16, f, 512) for f in (0.0, 0.9)}
-    table = gain_vs_hit_rate(str(ensure_model()), sets, block_size=BLOCK, max_tokens=2, repeats=2, progress=False)
-    low, high = table.set_index("shared_fraction").loc[[0.0, 0.9]].itertuples()
-    assert low.hit_rate == 0 and 0.7 < high.hit_rate < 0.9
-    assert high.throughput_gain > 1.3 * low.throughput_gain and high.ttft_change < low.ttft_change
-    # The bound counts tokens; on a set this small the off run also pays more engine steps (8192 prompt tokens
-    # over a 4096-token step budget), which can lift the measured gain past it: 1.34x the bound was seen once
-    # in a full suite run, 1.02x in 10_capacity's larger sets. Far beyond it would mean a counting error.
-    assert high.throughput_gain <= high.bound * 1.5
 
 
 def test_zero_hit_runs_alternate_and_share_nothing():
