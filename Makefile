@@ -12,7 +12,7 @@ MODEL := models/$(PRESET)-seed0/config.json
 export PATH := $(abspath $(BIN)):$(PATH)
 export BROWSER_PATH ?= $(shell command -v chromium || command -v chromium-browser || command -v google-chrome)
 
-.PHONY: setup run test lab model clean
+.PHONY: setup run test lab workshop model clean
 
 setup: $(STAMP) $(MODEL)
 
@@ -39,7 +39,12 @@ test: setup
 	$(BIN)/python -m pytest
 
 lab: setup
-	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
+	@# its own free port (LAB_PORT=NNNN to choose one) and a fresh token; says what to do if it cannot start
+	$(BIN)/python -m lab.notebook_server
+
+# Student and solution notebooks of the exercises, for a room of learners (WORKSHOP.md)
+workshop: setup
+	$(BIN)/python -m lab.workshop
 
 # Generated files only: the venv, results/ and figures/ of `make run` stay.
 clean:

@@ -261,9 +261,11 @@ def move_line_to_end(text: str, label: str) -> str:
     return text
 
 
-def find_breaking_field(texts: Sequence[str], min_share: float = 0.2) -> tuple[str, str, list[str], list[str]] | None:
+def find_breaking_field(texts: Sequence[str], min_share: float = 0.2,
+                        moved: Sequence[str] = ()) -> tuple[str, str, list[str], list[str]] | None:
     """The most common line label at which prompts diverge, among lines that are not already the prompt's
-    last (a field at the end breaks nothing); None when no label covers `min_share` of the prompts. Returns
+    last (a field at the end breaks nothing, nor one followed only by lines already `moved` there); None when
+    no label covers `min_share` of the prompts. Returns
     the label, the kind of its values, up to three example values, and each diverging prompt's text up to
     the divergence."""
     found: Counter[str] = Counter()
@@ -271,7 +273,7 @@ def find_breaking_field(texts: Sequence[str], min_share: float = 0.2) -> tuple[s
     where: dict[str, list[str]] = {}
     for text, point in zip(texts, divergence_points(texts)):
         start, end = _line_at(text, point)
-        if end == len(text) or point >= len(text):
+        if point >= len(text) or all(line.startswith(tuple(moved)) for line in text[end + 1:].split("\n") if line):
             continue
         label = _label(text[start:point])
         found[label] += 1
@@ -305,7 +307,7 @@ def breaking_fields(texts: Sequence[str], tokenizer, block_size: int, kv_tokens:
     current = list(texts)
     before = replay_hit_rate(_encode(tokenizer, current), block_size, kv_tokens)
     for _ in range(max_fields):
-        found = find_breaking_field(current)
+        found = find_breaking_field(current, moved=[f.label for f in fields])
         if found is None:
             break
         label, kind, examples, heads = found

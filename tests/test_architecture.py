@@ -17,7 +17,7 @@ LAYERS = [
     {"block_hash", "prefix_cache", "radix_cache", "mini_engine", "fleet_sim"},
     {"engine_settings", "vllm_internals", "engine", "server", "fleet"},
     {"workloads", "measure", "results", "plots", "report", "runner", "bench", "capacity", "serving_bench", "routing",
-     "audit", "audit_report"},
+     "audit", "audit_report", "notebook_server", "workshop"},
 ]
 LAB = PROJECT_ROOT / "lab"
 MODULES = sorted(p.stem for p in LAB.glob("*.py") if p.stem != "__init__")

@@ -1,0 +1,117 @@
+"""JupyterLab for the notebooks, started the way `make lab` starts it: its own free port (or LAB_PORT), a
+fresh token, a health wait, and a message that says what to do when it cannot start or no browser opens.
+
+    python -m lab.notebook_server              # what `make lab` runs
+    with JupyterLab(root="notebooks").start() as jl:
+        jl.url("00_quickstart.ipynb")          # http://127.0.0.1:PORT/lab/tree/00_quickstart.ipynb?token=...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+import webbrowser
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab import PROJECT_ROOT
+from lab.server import ServerStartError, free_port, launch_in_own_group, stop_group, wait_until_healthy
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        return s.connect_ex((host, port)) == 0
+
+
+def jupyter_executable() -> str:
+    found = Path(sys.executable).with_name("jupyter")
+    if found.is_file():
+        return str(found)
+    if path := shutil.which("jupyter"):
+        return path
+    raise FileNotFoundError("jupyter is not installed in this environment: run `make setup` (it installs "
+                            "jupyterlab from requirements.txt)")
+
+
+@dataclass
+class JupyterLab:
+    root: str | Path = PROJECT_ROOT / "notebooks"
+    port: int | None = None  # None: a free one
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    host: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"root={str(self.root)!r} is not a folder of notebooks")
+        if self.port is not None and port_in_use(self.port, self.host):
+            raise OSError(f"port {self.port} is already in use (another JupyterLab?): choose another with "
+                          "LAB_PORT=NNNN, or leave it unset for a free one")
+        self.process = None
+        self.log_path = Path(tempfile.mkstemp(prefix="jupyterlab-", suffix=".log")[1])
+
+    @property
+    def base(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def url(self, notebook: str | None = None) -> str:
+        path = f"/lab/tree/{notebook}" if notebook else "/lab"
+        return f"{self.base}{path}?token={self.token}"
+
+    def command(self) -> list[str]:
+        allow_root = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+        return [jupyter_executable(), "lab", str(self.root), f"--ServerApp.ip={self.host}", f"--ServerApp.port={self.port}",
+                "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}", "--ServerApp.open_browser=False",
+                "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", *allow_root]
+
+    def start(self, timeout_s: float = 120.0) -> JupyterLab:
+        self.port = self.port or free_port(self.host)
+        self.process = launch_in_own_group(self.command(), self.log_path, os.environ)
+        try:
+            wait_until_healthy("JupyterLab", self.process, f"{self.base}/api/status?token={self.token}", self.log_path,
+                               timeout_s)
+        except ServerStartError:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        stop_group(self.process, timeout_s=15)
+
+    def __enter__(self) -> JupyterLab:
+        return self if self.process else self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.notebook_server", description="JupyterLab on notebooks/")
+    parser.add_argument("--port", type=int, default=int(os.environ["LAB_PORT"]) if os.environ.get("LAB_PORT") else None)
+    parser.add_argument("--no-browser", action="store_true", help="print the address instead of opening a browser")
+    args = parser.parse_args(argv)
+    try:
+        lab = JupyterLab(port=args.port).start()
+    except (OSError, ServerStartError) as error:
+        print(f"JupyterLab could not start: {error}", file=sys.stderr)
+        return 1
+    print(f"JupyterLab is running: {lab.url('00_quickstart.ipynb')}\n(stop it with Ctrl+C; its log: {lab.log_path})")
+    if not args.no_browser and not webbrowser.open(lab.url("00_quickstart.ipynb")):
+        print("no browser could be opened on this machine: copy the address above into a browser (on a remote "
+              "machine, forward the port first: ssh -L PORT:127.0.0.1:PORT host)")
+    try:
+        lab.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        lab.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
