@@ -9,6 +9,7 @@ fresh token, a health wait, and a message that says what to do when it cannot st
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import shutil
@@ -44,6 +45,7 @@ class JupyterLab:
     port: int | None = None  # None: a free one
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     host: str = "127.0.0.1"
+    settings: dict[str, dict] = field(default_factory=dict)  # e.g. {"@jupyterlab/notebook-extension:tracker": {...}}
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -54,6 +56,12 @@ class JupyterLab:
                           "LAB_PORT=NNNN, or leave it unset for a free one")
         self.process = None
         self.log_path = Path(tempfile.mkstemp(prefix="jupyterlab-", suffix=".log")[1])
+        self.settings_dir = Path(tempfile.mkdtemp(prefix="jupyterlab-settings-")) if self.settings else None
+        for plugin, values in self.settings.items():
+            package, name = plugin.split(":")
+            path = self.settings_dir / package / f"{name}.jupyterlab-settings"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(values))
 
     @property
     def base(self) -> str:
@@ -67,7 +75,8 @@ class JupyterLab:
         allow_root = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
         return [jupyter_executable(), "lab", str(self.root), f"--ServerApp.ip={self.host}", f"--ServerApp.port={self.port}",
                 "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}", "--ServerApp.open_browser=False",
-                "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", *allow_root]
+                "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", *allow_root,
+                *([f"--LabApp.user_settings_dir={self.settings_dir}"] if self.settings_dir else [])]
 
     def start(self, timeout_s: float = 120.0) -> JupyterLab:
         self.port = self.port or free_port(self.host)

@@ -68,3 +68,24 @@ def block_map_html(pieces: list[str], block_size: int, num_cached_tokens: int) -
                      f'border:1px solid #888;margin:1px;padding:1px;line-height:1.9">{text}</span>')
     legend = " ".join(f'<span style="background:{c};padding:1px 6px">{k}</span>' for k, c in BLOCK_COLOURS.items())
     return f"<div style='font-family:monospace;font-size:12px'>{legend}<br>{''.join(spans)}</div>"
+
+
+def block_map_figure(pieces: list[str], block_size: int, num_cached_tokens: int, title: str = ""):
+    """The block map as a figure (for export): one bar per block, coloured hit / miss / partial, the block's
+    text on hover."""
+    import plotly.graph_objects as go
+
+    full_blocks = len(pieces) // block_size
+    fig = go.Figure()
+    for b in range(0, len(pieces), block_size):
+        index = b // block_size
+        state = "hit" if b < num_cached_tokens else ("miss" if index < full_blocks else "partial")
+        tokens = len(pieces[b:b + block_size])
+        fig.add_bar(x=[tokens], y=["prompt"], base=[b], orientation="h", marker_color=BLOCK_COLOURS[state],
+                    marker_line_color="#888", name=state, legendgroup=state, showlegend=False,
+                    hovertext="".join(pieces[b:b + block_size]), text=f"{index}", textposition="inside")
+    for state, colour in BLOCK_COLOURS.items():  # one legend entry per state
+        fig.add_bar(x=[0], y=["prompt"], marker_color=colour, name=state, legendgroup=state)
+    fig.update_layout(barmode="overlay", title=title or f"{len(pieces)} tokens in blocks of {block_size}: "
+                      f"{num_cached_tokens} from cache", xaxis_title="token position", height=250)
+    return fig

@@ -10,17 +10,20 @@ from pathlib import Path
 import pytest
 
 from lab.notebook_server import JupyterLab
+from lab.plots import find_chrome
 from lab.runner import NOTEBOOKS_DIR
 
-CHROMIUM = os.environ.get("BROWSER_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).is_file(), reason="needs Chromium (Debian: apt-get install chromium)")
+CHROMIUM = find_chrome()  # BROWSER_PATH, or chromium / chrome on the PATH
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian: apt-get install chromium)")
 
+# the notebook in front: other tabs stay in the page, hidden (".jp-NotebookPanel:not(.lm-mod-hidden)")
 ALL_CELLS_RAN = """() => {
-    const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent.trim());
+    const ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)";
+    const prompts = [...document.querySelectorAll(ACTIVE + ' .jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent.trim());
     return prompts.length > 0 && prompts.every(p => /^\\[\\d+\\]:$/.test(p));
 }"""
-ERRORS_SHOWN = """() => [...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
-    .map(o => o.textContent).filter(t => /Traceback|\\w+Error\\b/.test(t))"""
+ERRORS_SHOWN = """() => { const ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)"; return [...document.querySelectorAll(ACTIVE + ' .jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
+    .map(o => o.textContent).filter(t => /Traceback|\\w+Error\\b/.test(t)); }"""
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +39,8 @@ def jupyterlab(tmp_path_factory):
     root = tmp_path_factory.mktemp("notebooks")
     for name in ("00_quickstart.ipynb", "02_block_hashing.ipynb"):
         shutil.copy(NOTEBOOKS_DIR / name, root / name)
-    with JupyterLab(root=root) as lab:
+    settings = {"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"}}  # every cell in the page
+    with JupyterLab(root=root, settings=settings) as lab:
         yield lab, root
 
 
@@ -47,17 +51,32 @@ def page(jupyterlab):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
                                     args=["--disable-background-networking", "--no-sandbox", "--disable-dev-shm-usage"])
-        yield browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(60_000)  # no click or lookup waits longer than a minute
+        yield page
         browser.close()
 
 
-def run_all_cells(page, lab: JupyterLab, notebook: str, timeout_s: float = 600) -> None:
+STARTED = """() => { const ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)"; return [...document.querySelectorAll(ACTIVE + ' .jp-CodeCell .jp-InputArea-prompt')]
+    .some(p => /^\\[(\\*|\\d+)\\]:$/.test(p.textContent.trim())); }"""
+
+
+def run_all_cells(page, lab: JupyterLab, notebook: str, screenshots: Path, timeout_s: float = 300) -> None:
     page.goto(lab.url(notebook))
     page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=60_000)
-    page.wait_for_selector("text=Idle", timeout=120_000)  # the kernel has started
-    page.locator(".lm-MenuBar-item", has_text="Run").click()
-    page.locator(".lm-Menu-item", has_text="Run All Cells").click()
-    page.wait_for_function(ALL_CELLS_RAN, timeout=timeout_s * 1000, polling=1000)
+    page.wait_for_selector("text=Idle >> visible=true", timeout=120_000)  # the kernel has started
+    for _ in range(3):  # a menu opened while the page is still settling can miss the click: try again
+        page.locator(".lm-MenuBar-item", has_text="Run").click()
+        page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
+        try:
+            page.wait_for_function(STARTED, timeout=15_000, polling=500)
+            break
+        except Exception:
+            page.keyboard.press("Escape")
+    try:
+        page.wait_for_function(ALL_CELLS_RAN, timeout=timeout_s * 1000, polling=1000)
+    finally:
+        page.screenshot(path=str(screenshots / f"{Path(notebook).stem}-last.png"), full_page=True)
 
 
 def saved_outputs(page, root: Path, notebook: str) -> list[dict]:
@@ -69,7 +88,7 @@ def saved_outputs(page, root: Path, notebook: str) -> list[dict]:
 
 def test_quickstart_runs_every_cell_in_jupyterlab_without_an_error(jupyterlab, page, screenshots):
     lab, root = jupyterlab
-    run_all_cells(page, lab, "00_quickstart.ipynb")
+    run_all_cells(page, lab, "00_quickstart.ipynb", screenshots)
     page.screenshot(path=str(screenshots / "00_quickstart.png"), full_page=True)
     assert page.evaluate(ERRORS_SHOWN) == [], "a cell shows an error"
     outputs = saved_outputs(page, root, "00_quickstart.ipynb")
@@ -79,8 +98,8 @@ def test_quickstart_runs_every_cell_in_jupyterlab_without_an_error(jupyterlab, p
 
 def test_the_block_map_widget_redraws_when_the_block_size_moves(jupyterlab, page, screenshots):
     lab, root = jupyterlab
-    run_all_cells(page, lab, "02_block_hashing.ipynb")
-    widget = page.locator(".widget-interact").last
+    run_all_cells(page, lab, "02_block_hashing.ipynb", screenshots)
+    widget = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .widget-interact").last
     widget.scroll_into_view_if_needed()
     block_map = widget.locator(".widget-output")
     before = block_map.inner_html()
@@ -91,3 +110,6 @@ def test_the_block_map_widget_redraws_when_the_block_size_moves(jupyterlab, page
     page.wait_for_function("([el, old]) => el.innerHTML !== old", arg=[block_map.element_handle(), before], timeout=30_000)
     page.screenshot(path=str(screenshots / "02_block_hashing-after.png"))
     assert block_map.inner_html() != before and "block" in block_map.inner_text().lower()
+    assert page.evaluate(ERRORS_SHOWN) == [], "a cell shows an error"
+    outputs = saved_outputs(page, root, "02_block_hashing.ipynb")
+    assert any("all checks passed" in "".join(o.get("text", "")) for o in outputs), "the notebook's checks ran"
