@@ -1,4 +1,13 @@
-"""Collection for the whole project (tests/ and the notebooks nbval runs)."""
+"""For the whole project (tests/ and the notebooks nbval runs): keep test runs from writing into the project's
+figures/ and data/results/, which hold the outputs of `make run`; and what nbval collects."""
+
+import os
+import tempfile
+
+_scratch = tempfile.mkdtemp(prefix="prefix-cache-lab-tests-")
+# Set at import time, before nbval starts kernels, so notebook kernels inherit them.
+os.environ.setdefault("LAB_FIGURES_DIR", os.path.join(_scratch, "figures"))
+os.environ.setdefault("LAB_RESULTS_DIR", os.path.join(_scratch, "results"))
 
 
 def pytest_ignore_collect(collection_path, config):
