@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -29,8 +28,8 @@ from typing import Any
 
 from lab.backend import backend
 from lab.engine_settings import check_block_size, model_config, resolve_model
-from lab.server import (SERVED_MODEL_NAME, VLLMServer, free_port, launch_in_own_group, log_tail, openai_client,
-                        stop_group, wait_until_healthy)
+from lab.server import (SERVED_MODEL_NAME, VLLMServer, executable_beside_python, free_port, launch_in_own_group,
+                        log_tail, openai_client, stop_group, wait_until_healthy)
 
 POLICIES = ("random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
             "sticky_least_loaded")  # vllm-router 0.1.17's --policy choices
@@ -39,8 +38,7 @@ ROUTER_HINT = "install it with `pip install vllm-router==0.1.17` (it is in requi
 
 def router_executable() -> str:
     """The `vllm-router` launcher beside this Python, or on PATH."""
-    beside = Path(sys.executable).with_name("vllm-router")
-    found = str(beside) if beside.exists() else shutil.which("vllm-router")
+    found = executable_beside_python("vllm-router")
     if not found:
         raise ImportError(f"vllm-router is not installed for this Python ({sys.executable}); {ROUTER_HINT}")
     return found

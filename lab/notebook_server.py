@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import secrets
-import shutil
 import socket
 import sys
 import tempfile
@@ -21,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import PROJECT_ROOT
-from lab.server import ServerStartError, free_port, launch_in_own_group, stop_group, wait_until_healthy
+from lab.server import (ServerStartError, executable_beside_python, free_port, launch_in_own_group, stop_group,
+                        wait_until_healthy)
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
@@ -30,11 +30,8 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def jupyter_executable() -> str:
-    found = Path(sys.executable).with_name("jupyter")
-    if found.is_file():
-        return str(found)
-    if path := shutil.which("jupyter"):
-        return path
+    if found := executable_beside_python("jupyter"):
+        return found
     raise FileNotFoundError("jupyter is not installed in this environment: run `make setup` (it installs "
                             "jupyterlab from requirements.txt)")
 

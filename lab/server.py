@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -117,6 +118,12 @@ def answers(url: str, timeout_s: float = 2.0) -> bool:
             return response.status == 200
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
+
+
+def executable_beside_python(name: str) -> str | None:
+    """The console script `name` installed beside this Python (the lab's venv), else on PATH, else None."""
+    beside = Path(sys.executable).with_name(name)
+    return str(beside) if beside.is_file() else shutil.which(name)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

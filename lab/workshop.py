@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import nbformat
 
 from lab import PROJECT_ROOT
 from lab.runner import all_notebooks
+from lab.server import executable_beside_python
 
 CONFIG_MARKER = "# ASSIGNMENT CONFIG"
 
@@ -51,11 +51,8 @@ def all_exercises() -> nbformat.NotebookNode:
 
 
 def otter_executable() -> str:
-    found = Path(sys.executable).with_name("otter")
-    if found.is_file():
-        return str(found)
-    if path := shutil.which("otter"):
-        return path
+    if found := executable_beside_python("otter"):
+        return found
     raise FileNotFoundError("otter-grader is not installed: run `make setup` (requirements.txt pins it)")
 
 
