@@ -26,25 +26,25 @@ $(STAMP): requirements.txt requirements-$(VLLM_FLAVOUR).txt pyproject.toml
 	@touch $@
 
 $(MODEL): $(STAMP)
-	$(BIN)/python -m lab.model --preset $(PRESET)
+	$(BIN)/python -m lab.core.model --preset $(PRESET)
 
 model: $(MODEL)
 
 run: setup
-	$(BIN)/python -m lab.runner --profile $(PROFILE)
+	$(BIN)/python -m lab.tools.runner --profile $(PROFILE)
 	@# the README's Results section is rewritten from the results files the full run just wrote
-	@if [ "$(PROFILE)" = full ]; then $(BIN)/python -m lab.report; fi
+	@if [ "$(PROFILE)" = full ]; then $(BIN)/python -m lab.tools.readme_report; fi
 
 test: setup
 	$(BIN)/python -m pytest
 
 lab: setup
 	@# its own free port (LAB_PORT=NNNN to choose one) and a fresh token; says what to do if it cannot start
-	$(BIN)/python -m lab.notebook_server
+	$(BIN)/python -m lab.tools.notebook_server
 
 # Student and solution notebooks of the exercises, for a room of learners (WORKSHOP.md)
 workshop: setup
-	$(BIN)/python -m lab.workshop
+	$(BIN)/python -m lab.tools.workshop
 
 # Generated files only: the venv, results/ and figures/ of `make run` stay.
 clean:

@@ -1,13 +1,28 @@
 """Prefix Cache Lab: helpers for measuring and teaching vLLM's prefix caching.
 
-Importing any `lab` module first sets the environment vLLM needs in a notebook (lab.backend), so the
-order of imports never matters.
+The package is in layers, each importing only those below it (tests/test_architecture.py checks):
+
+    lab.core         what prefix caching is: block hashes, the block pool, the radix tree, the mini-engine, the model
+    lab.serving      the real vLLM: back-end, settings, the adapter for vLLM internals, engine, server, fleet
+    lab.experiments  workloads, measurement, capacity, benchmarks, the fleet simulator, results, figures
+    lab.audit        `python -m lab.audit`: a user's own prompts, replayed, explained, projected, reported
+    lab.tools        repository commands: notebook runner, README report, JupyterLab launcher, workshop
+
+Importing changes nothing in the process; a notebook's first cell calls `lab.setup()`.
 """
 
+import os
+import warnings
 from pathlib import Path
 
-from lab.backend import configure_vllm_environment
-
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CPU_KVCACHE_GIB = "1"  # VLLM_CPU_KVCACHE_SPACE: the CPU back-end's KV pool, in GiB
 
-configure_vllm_environment()
+
+def setup() -> None:
+    """The environment vLLM needs in a notebook or script, each variable left alone if already set. Call it
+    before `import vllm` (vLLM reads its logging level at import); `make_llm` calls it too."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in-process: no __main__ guard needed
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # notebooks show results, not start-up chatter
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_CPU_KVCACHE_GIB)
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")  # vLLM's own deprecation chatter

@@ -10,7 +10,7 @@ def engines():
     started = {}
 
     def get(**kwargs):
-        from lab.engine import is_closed, make_llm
+        from lab.serving.engine import is_closed, make_llm
 
         key = tuple(sorted(kwargs.items()))
         if key not in started or is_closed(started[key]):
@@ -23,7 +23,7 @@ def engines():
 @pytest.fixture
 def on_backend(monkeypatch):
     """`on_backend("cpu")`: the lab behaves as on that back-end (LAB_BACKEND) for the rest of the test."""
-    from lab.backend import backend
+    from lab.serving.backend import backend
 
     def set_backend(name):
         monkeypatch.setenv("LAB_BACKEND", name)

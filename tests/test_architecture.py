@@ -1,5 +1,6 @@
-"""The layering of lab/ (docs/ARCHITECTURE.md) and its two rules: vLLM's private structure is read only in
-lab.vllm_internals, and engines are configured only in lab.engine_settings."""
+"""The layering of lab/ (docs/ARCHITECTURE.md): each sub-package imports only those below it, no import cycle,
+modules and functions short enough to read, vLLM's private structure read only in lab.serving.vllm_internals,
+and one module table that lists every module."""
 
 import ast
 import io
@@ -12,40 +13,73 @@ import pytest
 
 from lab import PROJECT_ROOT
 
-LAYERS = [
-    {"backend", "model", "article"},
-    {"block_hash", "prefix_cache", "radix_cache", "mini_engine", "fleet_sim"},
-    {"engine_settings", "vllm_internals", "engine", "server", "fleet"},
-    {"workloads", "measure", "results", "plots", "report", "runner", "bench", "capacity", "serving_bench", "routing",
-     "audit", "audit_report", "notebook_server", "workshop"},
-]
 LAB = PROJECT_ROOT / "lab"
-MODULES = sorted(p.stem for p in LAB.glob("*.py") if p.stem != "__init__")
+# floor of each part of lab/: a module imports only from its own floor's package or from lower floors
+FLOORS = {"lab": 0, "lab.checks": 0, "lab.core": 1, "lab.serving": 2, "lab.experiments": 3, "lab.audit": 4, "lab.tools": 4}
+MODULES = sorted(".".join(p.relative_to(PROJECT_ROOT).with_suffix("").parts).removesuffix(".__init__")
+                 for p in LAB.rglob("*.py"))
 PRIVATE_VLLM = re.compile(r"\.llm_engine\b|\bvllm\.v1\b|engine_core|kv_cache_manager|_finalizer|cache_config")
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 300, 50
 
 
-def layer(module: str) -> int:
-    return next(i for i, names in enumerate(LAYERS) if module in names)
+def part(module: str) -> str:
+    return next(p for p in sorted(FLOORS, key=len, reverse=True) if module == p or module.startswith(p + "."))
 
 
-def lab_imports(path: Path) -> set[str]:
+def path_of(module: str) -> Path:
+    package = PROJECT_ROOT.joinpath(*module.split("."))
+    return package / "__init__.py" if package.is_dir() else package.with_suffix(".py")
+
+
+def lab_imports(module: str) -> set[str]:
+    """The lab modules `module` imports, at the top or inside a function."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lab"):
-            names |= {node.module.removeprefix("lab.")} if node.module != "lab" else {a.name for a in node.names}
+    for node in ast.walk(ast.parse(path_of(module).read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "lab":
+            names |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+                      for a in node.names}
         elif isinstance(node, ast.Import):
-            names |= {a.name.removeprefix("lab.") for a in node.names if a.name.startswith("lab.")}
-    return {n for n in names if n in MODULES}
+            names |= {a.name for a in node.names if a.name.split(".")[0] == "lab"}
+    return {n for n in names if n in MODULES} - {module}
 
 
-def test_every_module_has_a_layer():
-    assert [m for m in MODULES if not any(m in names for names in LAYERS)] == []
+def test_every_module_lives_in_a_layer():
+    assert [m for m in MODULES if part(m) == "lab" and m != "lab"] == []
 
 
 @pytest.mark.parametrize("module", MODULES)
-def test_a_module_imports_only_from_its_layer_or_those_before(module):
-    upward = {name for name in lab_imports(LAB / f"{module}.py") if layer(name) > layer(module)}
-    assert not upward, f"lab.{module} (layer {layer(module)}) imports from a later layer: {upward}"
+def test_a_module_imports_only_its_own_layer_or_those_below(module):
+    here = FLOORS[part(module)]
+    upward = {n for n in lab_imports(module) if FLOORS[part(n)] > here or
+              (FLOORS[part(n)] == here and part(n) != part(module))}
+    assert not upward, f"{module} (floor {here}) imports from a higher or sibling layer: {upward}"
+
+
+def test_no_import_cycle():
+    graph = {m: lab_imports(m) for m in MODULES}
+    done, on_path = set(), []
+
+    def visit(module):
+        if module in on_path:
+            raise AssertionError("import cycle: " + " -> ".join(on_path[on_path.index(module):] + [module]))
+        if module not in done:
+            on_path.append(module)
+            for name in sorted(graph[module]):
+                visit(name)
+            on_path.pop()
+            done.add(module)
+
+    for module in MODULES:
+        visit(module)
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_modules_and_functions_are_short_enough_to_read(module):
+    source = path_of(module).read_text()
+    assert len(source.splitlines()) <= MAX_MODULE_LINES, f"{module}: split it (one role per module)"
+    long = [f"{f.name} ({f.end_lineno - f.lineno + 1} lines)" for f in ast.walk(ast.parse(source))
+            if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.end_lineno - f.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"{module}: {long}"
 
 
 def code_only(source: str) -> str:
@@ -55,9 +89,9 @@ def code_only(source: str) -> str:
 
 
 def sources_outside_the_adapter():
-    for path in sorted(LAB.glob("*.py")):
-        if path.stem != "vllm_internals":
-            yield f"lab/{path.name}", code_only(path.read_text())
+    for module in MODULES:
+        if module != "lab.serving.vllm_internals":
+            yield module, code_only(path_of(module).read_text())
     for path in sorted((PROJECT_ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(path.read_text())["cells"]
         yield f"notebooks/{path.name}", "\n".join(code_only("".join(c["source"])) for c in cells if c["cell_type"] == "code")
@@ -68,9 +102,17 @@ SOURCES = dict(sources_outside_the_adapter())
 
 @pytest.mark.parametrize("name", SOURCES)
 def test_only_the_adapter_reads_vllms_private_structure(name):
-    source = SOURCES[name]
-    found = sorted(set(PRIVATE_VLLM.findall(source)))
-    assert not found, f"{name} reaches into vLLM ({found}); add a function to lab/vllm_internals.py instead"
+    found = sorted(set(PRIVATE_VLLM.findall(SOURCES[name])))
+    assert not found, f"{name} reaches into vLLM ({found}); add a function to lab/serving/vllm_internals.py instead"
+
+
+def test_the_module_table_lists_every_module_once():
+    """docs/ARCHITECTURE.md holds the one module table; the README points to it."""
+    text = (PROJECT_ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    listed = re.findall(r"^\| `(lab/[\w/]+\.py)` \|", text, flags=re.M)
+    on_disk = sorted(str(p.relative_to(PROJECT_ROOT)) for p in LAB.rglob("*.py") if p.name != "__init__.py")
+    assert sorted(listed) == on_disk
+    assert not re.search(r"^\| `lab/", (PROJECT_ROOT / "README.md").read_text(), flags=re.M), "one table, in the docs"
 
 
 def test_nothing_points_outside_the_repository():

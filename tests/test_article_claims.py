@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from lab import PROJECT_ROOT, article
+from lab import PROJECT_ROOT
+from lab.experiments import article
 
 CLAIMS = article.claims()
 

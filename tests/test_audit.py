@@ -6,10 +6,13 @@ import random
 
 import pytest
 
-from lab.audit import (AuditInputError, audit, load_tokenizer, main, move_line_to_end, read_prompts, replay_hit_rate,
-                       value_kind)
-from lab.audit_report import write_report
-from lab.workloads import text_of_tokens
+from lab.audit import audit
+from lab.audit.__main__ import main
+from lab.audit.fields import move_line_to_end, value_kind
+from lab.audit.prompts import AuditInputError, load_tokenizer, read_prompts
+from lab.audit.replay import replay_hit_rate
+from lab.audit.report import write_report
+from lab.experiments.generators import text_of_tokens
 
 SHARED = text_of_tokens(random.Random(1), 400, "policy")
 

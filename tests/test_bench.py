@@ -1,8 +1,9 @@
 import pandas as pd
 from transformers import AutoTokenizer
 
-from lab.bench import shared_prefix_workload, summarize_mini
-from lab.model import ensure_model
+from lab.core.model import ensure_model
+from lab.experiments.bench import summarize_mini
+from lab.experiments.generators import shared_prefix_workload
 
 
 def test_workload_is_deterministic_and_shares_prefixes():

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from lab.notebook_server import JupyterLab
-from lab.plots import find_chrome
-from lab.runner import NOTEBOOKS_DIR
+from lab.experiments.plots import find_chrome
+from lab.tools.notebook_server import JupyterLab
+from lab.tools.runner import NOTEBOOKS_DIR
 
 CHROMIUM = find_chrome()  # BROWSER_PATH, or chromium / chrome on the PATH
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian: apt-get install chromium)")

@@ -1,4 +1,4 @@
-"""lab.capacity: controlled shared-fraction prompts, the bound, the inversion, the A100 projection, capacity,
+"""lab.experiments.capacity: controlled shared-fraction prompts, the bound, the inversion, the A100 projection, capacity,
 the interval; and the gain curve on the real engine."""
 
 import math
@@ -6,10 +6,16 @@ import math
 import pandas as pd
 import pytest
 
-from lab.capacity import (a100_curve, amdahl_bound, capacity, hit_rate_for, ratio_interval,
-                          shared_fraction_prompts, zero_hit_runs)
-from lab.prefix_cache import PrefixCache
-from lab.workloads import tokenizer
+from lab.core.prefix_cache import PrefixCache
+from lab.experiments.capacity import (
+    a100_curve,
+    amdahl_bound,
+    capacity,
+    hit_rate_for,
+    ratio_interval,
+    zero_hit_runs,
+)
+from lab.experiments.generators import shared_fraction_prompts, tokenizer
 
 BLOCK = 32
 
@@ -73,7 +79,7 @@ def test_interval_brackets_the_mean_and_narrows_with_agreement():
 
 
 def test_zero_hit_runs_alternate_and_share_nothing():
-    from lab.model import ensure_model
+    from lab.core.model import ensure_model
 
     prompts = shared_fraction_prompts(tokenizer(), 4, 0.0, 256)
     runs = zero_hit_runs(str(ensure_model()), prompts, pairs=2, block_size=BLOCK, max_tokens=2, progress=False)

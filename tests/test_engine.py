@@ -1,4 +1,4 @@
-"""lab.engine: input validation (before vLLM starts) and the real engine on this machine's back-end."""
+"""lab.serving.engine: input validation (before vLLM starts) and the real engine on this machine's back-end."""
 
 import dataclasses
 import importlib.util
@@ -8,11 +8,16 @@ from pathlib import Path
 
 import pytest
 
-import lab.engine
-from lab import vllm_internals
-from lab.backend import backend, describe_backend, vllm_version
-from lab.engine import generate, make_llm, start_llm, start_up_output_to
-from lab.engine_settings import check_block_size, engine_settings, model_config, resolve_model
+import lab.serving.engine
+from lab.serving import vllm_internals
+from lab.serving.backend import backend, describe_backend, vllm_version
+from lab.serving.engine import generate, make_llm, start_llm, start_up_output_to
+from lab.serving.engine_settings import (
+    check_block_size,
+    engine_settings,
+    model_config,
+    resolve_model,
+)
 
 
 @pytest.fixture
@@ -37,7 +42,7 @@ def test_cpu_rejects_block_sizes_that_are_not_multiples_of_32(size, on_backend, 
     on_backend("cpu")
     with pytest.raises(ValueError, match=rf"block_size={size} .*multiple of 32") as err:
         make_llm(block_size=size)
-    assert "lab.prefix_cache" in str(err.value), "the message points to where small blocks can be studied"
+    assert "lab.core.prefix_cache" in str(err.value), "the message points to where small blocks can be studied"
 
 
 @pytest.mark.parametrize("name, accepted", [("cpu", [32, 64, 128]), ("cuda", [16, 32, 48, 64])])
@@ -172,7 +177,7 @@ def test_caching_off_caches_nothing_and_changes_no_output(engines):
 def test_a_newer_engine_closes_the_older_one_with_a_clear_error(engines):
     older = engines(block_size=64)
     newer = engines(block_size=32)
-    assert lab.engine.is_closed(older) and not lab.engine.is_closed(newer)
+    assert lab.serving.engine.is_closed(older) and not lab.serving.engine.is_closed(newer)
     with pytest.raises(RuntimeError, match="shut down because a newer one was started"):
         generate(older, ["hello"])
     assert generate(newer, ["hello"])[0].outputs[0].token_ids

@@ -1,4 +1,4 @@
-"""lab.engine_settings: one description of the engine, rendered for vllm.LLM and for the server, parsed back
+"""lab.serving.engine_settings: one description of the engine, rendered for vllm.LLM and for the server, parsed back
 by vLLM's own code so that the two engines cannot drift apart."""
 
 import dataclasses
@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from lab import vllm_internals
-from lab.backend import backend
-from lab.engine_settings import engine_settings
+from lab.serving import vllm_internals
+from lab.serving.backend import backend
+from lab.serving.engine_settings import engine_settings
 
 CASES = {
     "defaults": {},
@@ -61,11 +61,19 @@ def test_bad_input_is_rejected_before_anything_is_rendered(tmp_path):
         engine_settings(None, max_model_len=-1)
 
 
-@pytest.mark.parametrize("first", ["import vllm", "import lab.workloads", "import lab.results"])
-def test_importing_any_lab_module_configures_vllm_whatever_the_order(first):
-    """vLLM reads its environment lazily (when an engine starts): whichever of vllm and lab comes first,
-    vLLM sees the engine core in-process and a quiet log level."""
-    code = (f"{first}\nimport vllm, lab.measure\nfrom vllm import envs\n"
+def test_importing_the_lab_changes_nothing_in_the_process():
+    code = ("import os, warnings; before = dict(os.environ), list(warnings.filters)\n"
+            "import lab, lab.experiments.measure, lab.experiments.plots, lab.serving.engine, lab.audit, lab.tools.runner\n"
+            "print(dict(os.environ) == before[0], list(warnings.filters) == before[1])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"], out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("first", ["import vllm", "import lab.experiments.workloads"])
+def test_setup_configures_vllm_whatever_the_import_order(first):
+    """vLLM reads these variables when an engine starts: after `lab.setup()`, whichever of vllm and lab came
+    first, vLLM sees the engine core in-process and a quiet log level."""
+    code = (f"{first}\nimport lab\nlab.setup()\nimport vllm, lab.experiments.measure\nfrom vllm import envs\n"
             "print(envs.VLLM_ENABLE_V1_MULTIPROCESSING, envs.VLLM_LOGGING_LEVEL)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

@@ -1,4 +1,4 @@
-"""lab.fleet and lab.routing: real vLLM replicas behind the real vllm-router; bad fleets fail before any process
+"""lab.serving.fleet and lab.serving.routing: real vLLM replicas behind the real vllm-router; bad fleets fail before any process
 starts."""
 
 import os
@@ -6,10 +6,10 @@ import socket
 
 import pytest
 
-import lab.fleet
-from lab.fleet import Fleet
-from lab.routing import route_workload, summarize_routing
-from lab.workloads import load_workload
+import lab.serving.fleet
+from lab.experiments.workloads import load_workload
+from lab.serving.fleet import Fleet
+from lab.serving.routing import route_workload, summarize_routing
 
 
 def port_open(port: int) -> bool:
@@ -66,14 +66,14 @@ def test_a_fleet_the_router_or_the_pool_cannot_run_is_refused_before_anything_st
 
 
 def test_more_cpu_replicas_than_cores_is_refused(monkeypatch):
-    monkeypatch.setattr(lab.fleet, "backend", lambda: "cpu")
+    monkeypatch.setattr(lab.serving.fleet, "backend", lambda: "cpu")
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     with pytest.raises(ValueError, match=r"replicas=3: this CPU has 2 cores .* use at most 2"):
         Fleet(replicas=3)
 
 
 def test_a_missing_router_says_how_to_install_it(monkeypatch, tmp_path):
-    monkeypatch.setattr(lab.fleet.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(lab.serving.fleet.sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ImportError, match=r"vllm-router is not installed .* `pip install vllm-router==0.1.17`"):
         Fleet()
@@ -91,7 +91,7 @@ def test_routing_summary_on_hand_made_counters():
 
 
 def test_kv_aware_decisions_are_read_from_the_router_log():
-    from lab.routing import kv_aware_decisions
+    from lab.serving.routing import kv_aware_decisions
 
     log = ('\x1b[2m2026\x1b[0m DEBUG vllm_router_rs::policies::kv_aware: KV prefix decision outcome="prefix_cost" '
            'worker="http://127.0.0.1:1" input_tokens=2035 new_prefill_tokens=2035 credited_prefix_tokens=0 x\n'

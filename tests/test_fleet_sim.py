@@ -1,4 +1,4 @@
-"""lab.fleet_sim: simulated replicas behind the router's policies."""
+"""lab.experiments.fleet_sim: simulated replicas behind the router's policies."""
 
 import random
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab.fleet_sim import POLICIES, CacheAwareKnobs, FleetSim, summarize_sim
-from lab.prefix_cache import PrefixCache
+from lab.core.prefix_cache import PrefixCache
+from lab.experiments.fleet_sim import POLICIES, CacheAwareKnobs, FleetSim, summarize_sim
 
 BLOCK = 4
 
@@ -89,7 +89,7 @@ def test_a_miss_holds_its_replica_longer_than_a_hit():
 
 
 def test_synthetic_tenants_share_a_context_per_tenant_and_follow_zipf():
-    from lab.fleet_sim import synthetic_tenants
+    from lab.experiments.generators import synthetic_tenants
 
     requests, order = synthetic_tenants(4, 400, context_tokens=64, zipf=1.5, shared_system_tokens=16, seed=1)
     assert len(requests) == len(order) == 400
@@ -103,7 +103,7 @@ def test_synthetic_tenants_share_a_context_per_tenant_and_follow_zipf():
 
 
 def test_the_upper_bound_is_a_cache_that_never_evicts():
-    from lab.fleet_sim import upper_bound_hit_rate
+    from lab.experiments.fleet_sim import upper_bound_hit_rate
 
     requests = tenant_requests(tenants=3, per_tenant=5)
     cache = PrefixCache(num_blocks=1000, block_size=BLOCK)

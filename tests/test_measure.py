@@ -1,9 +1,9 @@
 import pandas as pd
 import pytest
 
-from lab import vllm_internals
-from lab.measure import arrival_times, compare, run_workload, summarize
-from lab.workloads import generate_workload
+from lab.experiments.measure import arrival_times, compare, run_workload, summarize
+from lab.experiments.workloads import generate_workload
+from lab.serving import vllm_internals
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,10 @@
-"""lab.mini_engine against Hugging Face transformers on the lab's checkpoint (fp32), with and without hits."""
+"""lab.core.mini_engine against Hugging Face transformers on the lab's checkpoint (fp32), with and without hits."""
 
 import pytest
 import torch
 
-from lab.mini_engine import MiniEngine
-from lab.model import ensure_model
+from lab.core.mini_engine import MiniEngine
+from lab.core.model import ensure_model
 
 TOLERANCE = 1e-4
 

@@ -4,8 +4,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import lab.model
-from lab.model import build_model, count_weights, describe_model, ensure_model, parameter_count
+import lab.core.model
+from lab.core.model import (
+    build_model,
+    count_weights,
+    describe_model,
+    ensure_model,
+    parameter_count,
+)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +71,7 @@ def test_unknown_preset_is_rejected_by_name(tmp_path):
 
 
 def test_ensure_model_builds_once_then_reuses(tmp_path, monkeypatch):
-    monkeypatch.setattr(lab.model, "MODELS_DIR", tmp_path)
+    monkeypatch.setattr(lab.core.model, "MODELS_DIR", tmp_path)
     path = ensure_model("tiny")
     assert path == tmp_path / "tiny-seed0" and (path / "model.safetensors").is_file()
     stamp = (path / "model.safetensors").stat().st_mtime_ns

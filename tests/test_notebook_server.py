@@ -1,10 +1,10 @@
-"""lab.notebook_server (what `make lab` runs): a taken port or a missing folder is named before anything starts."""
+"""lab.tools.notebook_server (what `make lab` runs): a taken port or a missing folder is named before anything starts."""
 
 import socket
 
 import pytest
 
-from lab.notebook_server import JupyterLab, main
+from lab.tools.notebook_server import JupyterLab, main
 
 
 def test_a_taken_port_says_what_to_do(capsys):

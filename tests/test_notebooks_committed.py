@@ -8,7 +8,7 @@ import nbformat
 import papermill
 import pytest
 
-from lab.runner import NOTEBOOKS_DIR, all_notebooks, load_profiles
+from lab.tools.runner import NOTEBOOKS_DIR, all_notebooks, load_profiles
 
 NOTEBOOKS = all_notebooks()
 

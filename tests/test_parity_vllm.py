@@ -1,12 +1,12 @@
-"""lab.prefix_cache against the real vLLM engine: the same token ids, sent one request at a time, must get
+"""lab.core.prefix_cache against the real vLLM engine: the same token ids, sent one request at a time, must get
 the same number of cached tokens, with salts, under eviction, and when prompts extend earlier outputs."""
 
 import random
 
 import pytest
 
-from lab.engine import generate, make_llm
-from lab.prefix_cache import PrefixCache
+from lab.core.prefix_cache import PrefixCache
+from lab.serving.engine import generate, make_llm
 
 
 def next_prompt(rng, prefixes, histories, block_size, max_len):

@@ -1,6 +1,6 @@
 import plotly.graph_objects as go
 
-from lab.plots import figures_dir, save_figure
+from lab.experiments.plots import figures_dir, save_figure
 
 
 def test_save_figure_writes_html_and_png(tmp_path, monkeypatch):

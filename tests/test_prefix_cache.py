@@ -1,10 +1,10 @@
-"""lab.prefix_cache: the contract of vLLM V1's prefix caching, unit by unit and under random operations."""
+"""lab.core.prefix_cache: the contract of vLLM V1's prefix caching, unit by unit and under random operations."""
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab.prefix_cache import CacheFullError, PrefixCache, block_hashes
+from lab.core.prefix_cache import CacheFullError, PrefixCache, block_hashes
 
 BS = 4
 
@@ -40,8 +40,8 @@ def test_salt_changes_the_whole_chain():
 ALGOS = ["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"]
 FRESH_PROCESS = """
 import json, sys
-from lab.block_hash import block_hashes
-from lab.vllm_internals import vllm_block_hashes
+from lab.core.block_hash import block_hashes
+from lab.serving.vllm_internals import vllm_block_hashes
 ids, size = list(range(10, 30)), 4
 print(json.dumps({algo: [[h.hex() for h in block_hashes(ids, size, algo, "s")],
                          [h.hex() for h in vllm_block_hashes(ids, size, algo, "s")]] for algo in sys.argv[1:]}))

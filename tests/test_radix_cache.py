@@ -1,11 +1,11 @@
-"""lab.radix_cache: token-granular matching, node splits, LRU eviction of unreferenced leaves."""
+"""lab.core.radix_cache: token-granular matching, node splits, LRU eviction of unreferenced leaves."""
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab.prefix_cache import CacheFullError, PrefixCache
-from lab.radix_cache import RadixCache
+from lab.core.prefix_cache import CacheFullError, PrefixCache
+from lab.core.radix_cache import RadixCache
 
 
 def test_matches_token_by_token_where_blocks_cannot():

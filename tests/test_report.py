@@ -1,10 +1,11 @@
 import pandas as pd
 import pytest
 
-import lab.report
-from lab.model import ensure_model
-from lab.report import recommend_block_size, results_section, update_readme
-from lab.results import environment, save_results
+import lab.tools.readme_report
+from lab.core.model import ensure_model
+from lab.experiments.block_sizes import recommend_block_size
+from lab.experiments.results import environment, save_results
+from lab.tools.readme_report import results_section, update_readme
 
 
 def test_recommendation_is_the_lowest_ttft_and_the_larger_size_on_a_tie():
@@ -45,8 +46,8 @@ def test_the_prose_follows_the_numbers(results):
 
 def test_readme_is_rewritten_only_between_the_markers(results, tmp_path, monkeypatch):
     readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{lab.report.START}\nold\n{lab.report.END}\noutro\n")
-    monkeypatch.setattr(lab.report, "README", readme)
+    readme.write_text(f"intro\n{lab.tools.readme_report.START}\nold\n{lab.tools.readme_report.END}\noutro\n")
+    monkeypatch.setattr(lab.tools.readme_report, "README", readme)
     update_readme()
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text and "| mean TTFT" in text
@@ -76,7 +77,7 @@ def test_the_capacity_rows_come_from_the_capacity_results(results):
 
 
 def test_the_verdict_table_counts_the_ledger(results):
-    from lab import article
+    from lab.experiments import article
 
     text = results_section()
     counts = article.claims().verdict.value_counts()
@@ -119,7 +120,7 @@ def test_the_routing_section_comes_from_the_routing_results(results):
 
 
 def test_the_audit_section_comes_from_the_audit_results(results):
-    from lab.report import audit_section
+    from lab.tools.readme_report import audit_section
 
     assert audit_section() == [], "nothing before notebook 11 has run"
     env = environment(notebook="11_your_workload")

@@ -3,8 +3,13 @@ import json
 import pandas as pd
 import pytest
 
-from lab.backend import backend, vllm_distribution, vllm_version
-from lab.results import environment, hardware_line, load_latest, save_results
+from lab.experiments.results import (
+    environment,
+    hardware_line,
+    load_latest,
+    save_results,
+)
+from lab.serving.backend import backend, vllm_distribution, vllm_version
 
 
 @pytest.fixture

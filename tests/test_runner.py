@@ -2,7 +2,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from lab import runner
+from lab.tools import runner
 
 
 def make_notebook(path, body):

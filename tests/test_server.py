@@ -1,4 +1,4 @@
-"""lab.server: the real OpenAI-compatible vLLM server as a subprocess: start, health, failure, clean stop."""
+"""lab.serving.server: the real OpenAI-compatible vLLM server as a subprocess: start, health, failure, clean stop."""
 
 import json
 import os
@@ -7,9 +7,11 @@ import socket
 
 import pytest
 
-from lab.model import ensure_model
-from lab.server import (ServerStartError, VLLMServer, complete_concurrently, parse_metrics, scraping,
-                        stream_completion)
+from lab.core.model import ensure_model
+from lab.serving.client import complete_concurrently, stream_completion
+from lab.serving.metrics import parse_metrics, scraping
+from lab.serving.processes import ServerStartError
+from lab.serving.server import VLLMServer
 
 
 def port_open(port: int) -> bool:

@@ -1,4 +1,4 @@
-"""lab.serving_bench: vLLM's own benchmark client against the real server; the hit rate from /metrics; bad
+"""lab.experiments.serving_bench: vLLM's own benchmark client against the real server; the hit rate from /metrics; bad
 input rejected before a benchmark starts."""
 
 import json
@@ -6,8 +6,13 @@ import math
 
 import pytest
 
-from lab.server import VLLMServer
-from lab.serving_bench import bench_serve, export_custom_dataset, sweep_rates, unloaded_run
+from lab.experiments.serving_bench import (
+    bench_serve,
+    export_custom_dataset,
+    sweep_rates,
+    unloaded_run,
+)
+from lab.serving.server import VLLMServer
 
 SHARED = "Answer as the support assistant of a bookshop. " * 40
 

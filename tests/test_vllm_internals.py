@@ -1,13 +1,13 @@
-"""lab.vllm_internals against the running engine: each fact read from vLLM's structure agrees with what the
+"""lab.serving.vllm_internals against the running engine: each fact read from vLLM's structure agrees with what the
 public API and the block arithmetic say."""
 
 import pytest
 from vllm import SamplingParams
 from vllm.inputs import TokensPrompt
 
-from lab import vllm_internals
-from lab.engine import generate
-from lab.prefix_cache import block_hashes
+from lab.core.prefix_cache import block_hashes
+from lab.serving import vllm_internals
+from lab.serving.engine import generate
 
 BLOCK = 32
 

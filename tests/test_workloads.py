@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from lab.workloads import GENERATORS, generate_workload, load_workload, num_tokens
+from lab.experiments.generators import GENERATORS, num_tokens
+from lab.experiments.workloads import generate_workload, load_workload
 
 
 @pytest.fixture
@@ -66,7 +67,7 @@ def test_tenants_share_a_private_context_each_and_skew_with_zipf():
     assert sorted(contexts) == [0, 1, 2, 3] and all(len(c) == 1 for c in contexts.values())
     assert len({next(iter(c))[:300] for c in contexts.values()}) == 4, "contexts differ from their first tokens"
     assert all(num_tokens(next(iter(c))) >= 2000 for c in contexts.values())
-    from lab.workloads import tenants
+    from lab.experiments.generators import tenants
     skewed = [r["tenant"] for r in tenants(400, num_tenants=8, context_tokens=50, zipf=1.5)]
     assert skewed.count(0) > 4 * skewed.count(7), "Zipf: the first tenant is asked far more often"
     shared = tenants(4, num_tenants=2, context_tokens=50, shared_system_tokens=200)
@@ -125,13 +126,13 @@ def test_a_file_from_other_generators_corpus_or_tokenizer_is_regenerated(workloa
 def test_the_fingerprint_follows_the_corpus(monkeypatch, tmp_path):
     import shutil
 
-    import lab.workloads
+    import lab.experiments.workloads
 
-    before = lab.workloads.fingerprint()
+    before = lab.experiments.workloads.fingerprint()
     corpus = tmp_path / "corpus"
-    shutil.copytree(lab.workloads.CORPUS_DIR, corpus)
-    monkeypatch.setattr(lab.workloads, "CORPUS_DIR", corpus)
-    assert lab.workloads.fingerprint() == before, "same corpus, same fingerprint"
+    shutil.copytree(lab.experiments.workloads.CORPUS_DIR, corpus)
+    monkeypatch.setattr(lab.experiments.workloads, "CORPUS_DIR", corpus)
+    assert lab.experiments.workloads.fingerprint() == before, "same corpus, same fingerprint"
     with (corpus / "en.txt").open("a") as f:
         f.write("One more sentence.\n")
-    assert lab.workloads.fingerprint() != before
+    assert lab.experiments.workloads.fingerprint() != before

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from lab.workshop import all_exercises, assign, notebooks_with_exercises
+from lab.tools.workshop import all_exercises, assign, notebooks_with_exercises
 
 
 def check_outputs(notebook) -> dict[str, str]:
@@ -33,7 +33,7 @@ def handouts(tmp_path_factory):
 
 
 def test_every_notebook_ends_with_exercises():
-    from lab.runner import all_notebooks
+    from lab.tools.runner import all_notebooks
 
     assert notebooks_with_exercises() == all_notebooks()
 

@@ -1,0 +1,119 @@
+"""Audit your own prompts: what prefix caching will do for them, what breaks their sharing, and what to change.
+
+    python -m lab.audit prompts.jsonl --replicas 4          # terminal summary, HTML + JSON report in figures/
+    result = audit("prompts.jsonl", replicas=4)             # the same from a notebook: result.summary, ...
+
+PROMPTS is JSONL: one request per line, `{"prompt": "..."}` or `{"messages": [...]}` (rendered with the
+model's chat template), optionally with `arrival_s` (seconds; requests are replayed in that order) and
+`tenant` (or `user`). Every hit rate below is measured by replaying the token ids through the lab's
+`PrefixCache` (vLLM V1's block pool) of a stated capacity, one request at a time in arrival order; the TTFT
+and throughput change is a projection from the lab's measured gain-vs-hit-rate curve, and a short run on the
+real engine confirms it on a sample.
+"""
+
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from lab.audit.fields import Field, breaking_fields, where_prompts_diverge
+from lab.audit.fleet import fleet_policies, salt_cost
+from lab.audit.projection import confirm_on_engine, gain_curve, project
+from lab.audit.prompts import DEFAULT_KV_TOKENS, Prompts, load_tokenizer, read_prompts
+from lab.audit.replay import check_capacity, radix_hit_rate, replay_hit_rate
+from lab.checks import positive_int
+from lab.serving.engine_settings import accepted_block_sizes
+
+
+@dataclass
+class AuditResult:
+    summary: dict
+    hit_rates: pd.DataFrame
+    fields: list[Field]
+    fleet: pd.DataFrame
+
+
+def _sample(prompts: Prompts, size: int) -> tuple[list[str], list[list[int]], list[str | None]]:
+    """The first `size` prompts (arrival order is what the cache sees, so a sample keeps it)."""
+    return prompts.texts[:size], prompts.token_ids[:size], prompts.tenants[:size]
+
+
+class Laps:
+    """`lap(name)`: the seconds since the previous lap, recorded under `name`."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.clock = time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        self.seconds[name] = round(time.perf_counter() - self.clock, 2)
+        self.clock = time.perf_counter()
+
+
+def _hit_rates(prompts: Prompts, block_sizes: Sequence[int] | None, kv_tokens: int, progress: bool):
+    """Replayed hit rate per block size and on the radix tree; the best size (ties: the larger block)."""
+    from tqdm.auto import tqdm
+
+    sizes = list(block_sizes or accepted_block_sizes())
+    rates = {size: replay_hit_rate(prompts.token_ids, size, kv_tokens)
+             for size in tqdm(sizes, desc="replaying per block size", disable=not progress, leave=False)}
+    radix = radix_hit_rate(prompts.token_ids, kv_tokens)
+    table = pd.DataFrame({"cache": [f"blocks of {s}" for s in sizes] + ["radix tree (token-granular)"],
+                          "block_size": sizes + [1], "hit_rate": list(rates.values()) + [radix]})
+    return table, rates, radix, max(sizes, key=lambda s: (round(rates[s], 3), s))
+
+
+def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAULT_KV_TOKENS,
+          block_sizes: Sequence[int] | None = None, replicas: int = 4, confirm: int = 32, field_sample: int = 2000,
+          fleet_sample: int = 20_000, skip_bad: bool = False, progress: bool = True) -> AuditResult:
+    """Every section of the report for one prompts file (see the module docstring). `confirm` prompts run
+    on the real engine (0: no engine); the field search and the fleet simulation use the first
+    `field_sample` and `fleet_sample` prompts, and say so."""
+    positive_int("replicas", replicas, "a positive number of replicas, e.g. 4")
+    positive_int("kv_tokens", kv_tokens, "your engine's KV capacity in tokens, e.g. 100000")
+    lap = Laps()
+    tokenizer = load_tokenizer(model)
+    prompts = read_prompts(path, tokenizer, skip_bad=skip_bad, progress=progress)
+    check_capacity(prompts.token_ids, kv_tokens, prompts.lines, prompts.path)
+    lap("read and tokenize")
+    hit_rates, rates, radix, best_size = _hit_rates(prompts, block_sizes, kv_tokens, progress)
+    lap("hit rates")
+    texts, ids, tenants = _sample(prompts, field_sample)
+    divergence = where_prompts_diverge(texts)
+    fields = breaking_fields(texts, tokenizer, best_size, kv_tokens)
+    lap("what breaks sharing")
+    curve, curve_meta = gain_curve()
+    projection = project(rates[best_size], curve)
+    if fields:
+        projection["after_moving_fields"] = project(fields[-1].hit_rate_after, curve)
+    confirmation = confirm_on_engine(prompts.token_ids, model, best_size, confirm) if confirm else None
+    if confirmation:
+        confirmation["projected"] = project(confirmation["hit_rate"], curve)
+    lap("projection and confirmation")
+    _, fleet_ids, fleet_tenants = _sample(prompts, fleet_sample)
+    fleet, recommended = fleet_policies(fleet_ids, fleet_tenants, replicas, best_size, kv_tokens, progress=progress)
+    lap("fleet")
+    salt = salt_cost(prompts.token_ids, prompts.tenants, best_size, kv_tokens)
+    lap("tenant salt")
+    lengths = pd.Series(list(map(len, prompts.token_ids)))
+    summary = {
+        "file": prompts.path, "prompts": len(prompts.token_ids), "skipped_lines": len(prompts.skipped),
+        "skipped": prompts.skipped[:20], "tokenizer": str(model or "the lab's model"),
+        "prompt_tokens": {"mean": float(lengths.mean()), "p50": float(lengths.median()), "max": int(lengths.max())},
+        "kv_tokens": kv_tokens, "replay": "one request at a time, in arrival order, least recently used evicted first",
+        "hit_rate_by_block_size": {int(s): r for s, r in rates.items()}, "radix_hit_rate": radix,
+        "recommended_block_size": best_size,
+        "divergence": divergence, "fields": [vars(f) for f in fields], "field_sample": len(texts),
+        "projection": projection | {"source": curve_meta["run_id"], "measured_on": curve_meta["environment"]["device"],
+                                    "note": "a projection from the lab's curve, not a measurement of these prompts"},
+        "confirmation": confirmation,
+        "fleet": {"replicas": replicas, "sample": len(fleet_ids), "recommended_policy": recommended,
+                  "policies": fleet.to_dict("records")},
+        "tenant_salt": salt, "seconds": lap.seconds,
+    }
+    return AuditResult(summary, hit_rates, fields, fleet)

@@ -1,0 +1,49 @@
+"""Beyond one engine: every router policy simulated over the user's prompts, and what a per-tenant salt costs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from lab.audit.replay import replay_hit_rate
+from lab.experiments.fleet_sim import POLICIES, CacheAwareKnobs, FleetSim, summarize_sim
+
+THRESHOLDS = (0.3, 0.5, 0.8)  # cache_aware --cache-threshold values tried
+
+
+def fleet_policies(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | None], replicas: int, block_size: int,
+                   kv_tokens: int, max_imbalance: float = 1.5, progress: bool = False) -> tuple[pd.DataFrame, str]:
+    """Every router policy (cache_aware at several cache thresholds) simulated over `replicas` replicas
+    of `kv_tokens` each, with 2 requests per replica in flight; the recommendation is the highest hit rate
+    whose load imbalance (max / mean requests) stays within `max_imbalance`."""
+    from tqdm.auto import tqdm
+
+    keys = list(tenants) if all(t is not None for t in tenants) else None
+    runs = [(policy, threshold) for policy in POLICIES for threshold in (THRESHOLDS if policy == "cache_aware" else (None,))]
+    rows = []
+    for policy, threshold in tqdm(runs, desc="simulating policies", disable=not progress, leave=False):
+        knobs = CacheAwareKnobs(cache_threshold=threshold) if threshold is not None else None
+        sim = FleetSim(replicas, policy, kv_blocks=kv_tokens // block_size, block_size=block_size, knobs=knobs)
+        s = summarize_sim(sim.run(token_ids, concurrency=2 * replicas,
+                                  keys=keys if policy == "consistent_hash" else None), replicas)
+        name = policy if threshold is None else f"cache_aware --cache-threshold {threshold}"
+        rows.append({"policy": name, "fleet_hit_rate": s.fleet_hit_rate, "imbalance": s.imbalance,
+                     "session_key": "tenant" if policy == "consistent_hash" and keys else ""})
+    table = pd.DataFrame(rows)
+    if table.fleet_hit_rate.max() < 0.01:  # nothing to share: only the load matters
+        return table, "round_robin"
+    balanced = table[table.imbalance <= max_imbalance]
+    best = (balanced if len(balanced) else table).sort_values("fleet_hit_rate", ascending=False, kind="stable")
+    return table, best.policy.iloc[0]
+
+
+def salt_cost(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | None], block_size: int,
+              kv_tokens: int) -> dict | None:
+    """Hit rate with and without a per-tenant `cache_salt` (which closes the timing side channel between
+    tenants, and stops them sharing); None without tenants."""
+    if not any(t is not None for t in tenants):
+        return None
+    shared = replay_hit_rate(token_ids, block_size, kv_tokens)
+    salted = replay_hit_rate(token_ids, block_size, kv_tokens, salts=list(tenants))
+    return {"tenants": len(set(tenants)), "hit_rate_shared": shared, "hit_rate_salted": salted, "cost": shared - salted}

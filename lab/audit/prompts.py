@@ -1,0 +1,132 @@
+"""Reading a prompts file: JSONL lines (a prompt, or chat messages rendered with the model's template), tokenized,
+with every bad line named by file, line and fix."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_KV_TOKENS = 100_000  # set --kv-tokens to your engine's: vLLM logs "KV cache size: N tokens" at start
+
+
+class AuditInputError(ValueError):
+    """A prompts file, or a line in it, that cannot be audited; the message names the file, the line and a fix."""
+
+
+@dataclass
+class Prompts:
+    """What was read: texts and token ids in replay order, each line's number, optional tenants."""
+
+    path: str
+    texts: list[str]
+    token_ids: list[list[int]]
+    lines: list[int]
+    tenants: list[str | None]
+    skipped: list[str] = field(default_factory=list)  # one message per bad line skipped with skip_bad
+
+
+def load_tokenizer(model: str | None):
+    """The tokenizer of `model` (a local Hugging Face model directory; None: the lab's model)."""
+    from transformers import AutoTokenizer
+
+    from lab.serving.engine_settings import resolve_model
+
+    try:
+        return AutoTokenizer.from_pretrained(resolve_model(model))
+    except Exception as error:  # transformers raises OSError, ValueError or its own errors
+        raise AuditInputError(f"--model {model}: cannot load a tokenizer from it ({type(error).__name__}: {error}); "
+                              "pass a local Hugging Face model directory with tokenizer files, or leave --model "
+                              "out to use the lab's model") from error
+
+
+def _record_text(record: object, tokenizer, where: str) -> tuple[str, bool]:
+    """The prompt text of one record, and whether the model's chat template rendered it."""
+    if not isinstance(record, dict) or not ("prompt" in record or "messages" in record):
+        raise AuditInputError(f"{where}: has neither 'prompt' nor 'messages'; write "
+                              '{"prompt": "..."} or {"messages": [{"role": "user", "content": "..."}]}')
+    if "prompt" in record:
+        if not isinstance(record["prompt"], str) or not record["prompt"]:
+            raise AuditInputError(f"{where}: 'prompt' must be a non-empty string")
+        return record["prompt"], False
+    messages = record["messages"]
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "content" in m for m in messages):
+        raise AuditInputError(f"{where}: 'messages' must be a non-empty list of {{'role': ..., 'content': ...}}")
+    if not getattr(tokenizer, "chat_template", None):
+        raise AuditInputError(f"{where}: 'messages' needs a chat template, and this model's tokenizer has none; "
+                              "send rendered prompts as 'prompt', or choose a chat model with --model")
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True), True
+
+
+def _parse_lines(path: Path, tokenizer, skip_bad: bool) -> tuple[list[dict], list[str]]:
+    """One entry per good line: text, line number, arrival time, tenant, and whether it is a chat."""
+    good, skipped = [], []
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise AuditInputError(f"{where}: not JSON ({error.msg}); each line must be one object, e.g. "
+                                          '{"prompt": "..."}') from error
+                text, chat = _record_text(record, tokenizer, where)
+                arrival = record.get("arrival_s")
+                if arrival is not None and not isinstance(arrival, (int, float)):
+                    raise AuditInputError(f"{where}: 'arrival_s' must be a number of seconds, not {arrival!r}")
+                tenant = record.get("tenant", record.get("user"))
+                good.append({"text": text, "line": number, "arrival_s": arrival, "chat": chat,
+                             "tenant": None if tenant is None else str(tenant)})
+            except AuditInputError as error:
+                if not skip_bad:
+                    raise AuditInputError(f"{error} (--skip-bad skips bad lines and counts them)") from None
+                skipped.append(str(error))
+    return good, skipped
+
+
+def read_prompts(path: str | Path, tokenizer, *, max_model_len: int | None = None, skip_bad: bool = False,
+                 progress: bool = True) -> Prompts:
+    """Read and tokenize a JSONL prompts file, in arrival order when it gives arrival times. Bad lines raise
+    AuditInputError naming the file and line, or with `skip_bad` are skipped and listed in `skipped`."""
+    from tqdm.auto import tqdm
+
+    path = Path(path)
+    if not path.is_file():
+        raise AuditInputError(f"{path}: no such file; pass a JSONL file of prompts, one {{\"prompt\": ...}} per line")
+    good, skipped = _parse_lines(path, tokenizer, skip_bad)
+    if not good:
+        reason = f"all {len(skipped)} lines are bad" if skipped else "it is empty"
+        raise AuditInputError(f"{path}: nothing to audit, {reason}; write one JSON object per line, "
+                              'e.g. {"prompt": "You are a support bot. ..."}')
+    if any(g["arrival_s"] is not None for g in good):
+        good.sort(key=lambda g: (g["arrival_s"] is None, g["arrival_s"] or 0.0))
+    token_ids = []
+    for start in tqdm(range(0, len(good), 1000), desc="tokenizing", unit="k prompts", disable=not progress, leave=False):
+        batch = good[start:start + 1000]
+        plain = tokenizer([g["text"] for g in batch if not g["chat"]])["input_ids"] if any(not g["chat"] for g in batch) else []
+        chats = tokenizer([g["text"] for g in batch if g["chat"]], add_special_tokens=False)["input_ids"] \
+            if any(g["chat"] for g in batch) else []
+        plain, chats = iter(plain), iter(chats)
+        token_ids += [next(chats) if g["chat"] else next(plain) for g in batch]
+    limit = max_model_len or getattr(tokenizer, "model_max_length", None)
+    kept = []
+    for g, ids in zip(good, token_ids):
+        if limit and len(ids) > limit:
+            message = (f"{path}:{g['line']}: {len(ids)} tokens, longer than the model's context of {limit}; shorten "
+                       "it, or audit with a model whose context holds it (--model)")
+            if not skip_bad:
+                raise AuditInputError(message + " (--skip-bad skips bad lines and counts them)")
+            skipped.append(message)
+            continue
+        kept.append((g, ids))
+    if not kept:
+        raise AuditInputError(f"{path}: nothing to audit, every prompt is longer than the model's context of {limit}")
+    return Prompts(str(path), [g["text"] for g, _ in kept], [ids for _, ids in kept], [g["line"] for g, _ in kept],
+                   [g["tenant"] for g, _ in kept], skipped)
+
+
+def encode(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    return [ids for start in range(0, len(texts), 1000) for ids in tokenizer(list(texts[start:start + 1000]))["input_ids"]]

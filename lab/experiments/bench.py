@@ -1,0 +1,117 @@
+"""Benchmarks (not tests): timings reported as ratios measured side by side in one run.
+
+    python -m lab.experiments.bench mini [--requests N] [--prefix-tokens T] [--block-size B]
+
+`mini` sends one shared-prefix workload, one request at a time, through lab.core.mini_engine and through
+vLLM, each with prefix caching on and off, and saves per-request TTFT under data/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+from tqdm import tqdm
+
+from lab.core.model import ensure_model
+from lab.experiments.generators import shared_prefix_workload
+from lab.experiments.results import environment, hardware_line, save_results
+
+TARGET_LOOKUP_SHARE = 0.02  # hash + lookup at most 2% of TTFT on 2k-token prompts
+TARGET_MINI_VS_VLLM = 3.0  # mini-engine TTFT within 3x of vLLM's
+
+
+def run_mini(model_path, prompts, block_size: int, caching: bool) -> list[dict]:
+    from lab.core.mini_engine import MiniEngine
+
+    blocks_needed = sum(-(-len(p) // block_size) for p in prompts) + 8
+    engine = MiniEngine(model_path, block_size=block_size, num_blocks=blocks_needed, enable_prefix_caching=caching)
+    engine.generate([7] * len(prompts[0]))  # warm-up, shares no block with the workload
+    rows = []
+    for i, prompt in enumerate(tqdm(prompts, desc=f"mini, caching {'on' if caching else 'off'}", leave=False)):
+        r = engine.generate(prompt)
+        rows.append({"engine": "mini", "caching": caching, "request": i, "prompt_tokens": len(prompt),
+                     "cached_tokens": r.num_cached_tokens, "ttft_ms": r.ttft_s * 1e3, "lookup_ms": r.lookup_s * 1e3})
+    return rows
+
+
+def run_vllm(model_path, prompts, block_size: int, caching: bool) -> list[dict]:
+
+    from lab.serving.engine import generate, make_llm
+
+    llm = make_llm(model_path, enable_prefix_caching=caching, block_size=block_size)
+    generate(llm, [[7] * len(prompts[0])])
+    rows = []
+    for i, prompt in enumerate(tqdm(prompts, desc=f"vLLM, caching {'on' if caching else 'off'}", leave=False)):
+        out = generate(llm, [prompt])[0]
+        rows.append({"engine": "vllm", "caching": caching, "request": i, "prompt_tokens": len(prompt),
+                     "cached_tokens": out.num_cached_tokens, "ttft_ms": out.metrics.first_token_latency * 1e3,
+                     "lookup_ms": float("nan")})
+    del llm
+    return rows
+
+
+def summarize_mini(df: pd.DataFrame) -> pd.DataFrame:
+    summary = df.groupby(["engine", "caching"]).agg(
+        requests=("request", "count"),
+        mean_prompt_tokens=("prompt_tokens", "mean"),
+        hit_rate=("cached_tokens", "sum"),
+        mean_ttft_ms=("ttft_ms", "mean"),
+        median_ttft_ms=("ttft_ms", "median"),
+        lookup_ms=("lookup_ms", "sum"),
+        ttft_total_ms=("ttft_ms", "sum"),
+    )
+    summary["hit_rate"] /= df.groupby(["engine", "caching"])["prompt_tokens"].sum()
+    summary["lookup_share"] = summary.pop("lookup_ms") / summary.pop("ttft_total_ms")
+    return summary
+
+
+def bench_mini(args: argparse.Namespace) -> int:
+    from transformers import AutoTokenizer
+
+    model_path = ensure_model(args.preset)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    prompts = shared_prefix_workload(tokenizer, args.requests, args.prefix_tokens)
+    rows = []
+    for caching in (True, False):
+        rows += run_mini(model_path, prompts, args.block_size, caching)
+        rows += run_vllm(model_path, prompts, args.block_size, caching)
+    df = pd.DataFrame(rows)
+    env = environment(benchmark="mini", preset=args.preset, block_size=args.block_size,
+                      requests=args.requests, prefix_tokens=args.prefix_tokens, order="one request at a time")
+    path = save_results(df, "bench_mini", env)
+
+    summary = summarize_mini(df)
+    ratio = {c: summary.loc[("mini", c), "median_ttft_ms"] / summary.loc[("vllm", c), "median_ttft_ms"] for c in (True, False)}
+    mini_on = df[(df.engine == "mini") & df.caching]
+    hits = mini_on[mini_on.cached_tokens > 0]
+    pd.set_option("display.width", 140)
+    print(hardware_line(env))
+    print(summary.round(3).to_string())
+    print(f"mini / vLLM median TTFT: caching on {ratio[True]:.2f}x, off {ratio[False]:.2f}x "
+          f"(target <= {TARGET_MINI_VS_VLLM:.0f}x)")
+    print(f"mini hash + lookup, share of TTFT (block size {args.block_size}, ~{args.prefix_tokens}-token prompts, "
+          f"target <= {TARGET_LOOKUP_SHARE:.0%}): {summary.loc[('mini', True), 'lookup_share']:.2%} over all requests, "
+          f"{hits.lookup_ms.sum() / hits.ttft_ms.sum():.2%} over the {len(hits)} hits alone "
+          f"(median lookup {mini_on.lookup_ms.median():.3f} ms)")
+    print(f"saved {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="benchmark", required=True)
+    mini = sub.add_parser("mini", help="lab.core.mini_engine vs vLLM, prefix caching on and off")
+    mini.add_argument("--requests", type=int, default=32)
+    mini.add_argument("--prefix-tokens", type=int, default=2000)
+    mini.add_argument("--block-size", type=int, default=32)
+    mini.add_argument("--preset", default="tiny")
+    args = parser.parse_args(argv)
+    if args.requests < 1 or args.prefix_tokens < 1:
+        parser.error("--requests and --prefix-tokens must be positive")
+    return bench_mini(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""What prefix caching buys as a function of the hit rate: the bound, the measured gain, an A100 projection,
+the hit rate a reported gain implies, and the capacity at a TTFT target.
+
+    generators.shared_fraction_prompts(tokenizer, 100, fraction=0.75, prompt_tokens=1024)   # h ~ 0.75 by construction
+    amdahl_bound(0.75)                                                          # 4.0: prefill skipped on 3/4
+    hit_rate_for(table, "throughput_gain", 1.82)                                # h that gives +82%
+    capacity(sweep, target_ms=500)                                              # highest rate with p99 TTFT <= 500 ms
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from lab.checks import number_in, positive_int
+from lab.experiments.measure import run_workload, summarize
+from lab.serving.engine import make_llm
+
+# The A100 projection of notebook 04: Llama-2-7b-chat in bf16 on one A100 80GB.
+A100_PEAK_FLOPS = 312e12  # dense bf16
+A100_ACHIEVED = 0.5  # fraction of peak a prefill reaches
+A100_HBM_BYTES_PER_S = 2.0e12
+LLAMA_7B = {"params": 6.74e9, "layers": 32, "hidden": 4096, "weight_bytes": 13.5e9}
+MAX_NUM_SEQS = 256  # vLLM's default batch limit: requests decoded together
+
+
+def check_fraction(name: str, value: float) -> None:
+    number_in(name, value, 0, 1, "a number in [0, 1) (a share of each prompt's tokens)", high_open=True)
+
+
+def amdahl_bound(hit_rate: float) -> float:
+    """The largest speed-up skipping a `hit_rate` share of prefill can give, if prefill were all the work."""
+    check_fraction("hit_rate", hit_rate)
+    return 1.0 / (1.0 - hit_rate)
+
+
+def warm_engine(model_path: str, caching: bool, block_size: int | None, prompts: list[list[int]],
+                 max_tokens: int):
+    """A fresh engine that has run `prompts` once, unmeasured (first-run costs), with an empty cache."""
+    llm = make_llm(model_path, enable_prefix_caching=caching, block_size=block_size)
+    run_workload(llm, prompts, max_tokens=max_tokens, mode="offline", progress=False)
+    llm.reset_prefix_cache()
+    return llm
+
+
+def gain_vs_hit_rate(model_path: str, prompts_by_fraction: dict[float, list[list[int]]], *, block_size: int | None,
+                     max_tokens: int, repeats: int = 3, progress: bool = True) -> pd.DataFrame:
+    """Each prompt set submitted at once (offline) with caching off, then on, one engine per setting and the
+    cache emptied before every run. Each set runs `repeats` times and its fastest run counts (like timeit:
+    a shared machine only ever slows a run down). One row per shared fraction: the measured token hit
+    rate, its bound, the throughput gain and the mean TTFT change."""
+    from tqdm.auto import tqdm
+
+    positive_int("repeats", repeats)
+    best = {}
+    for caching in (False, True):
+        llm = warm_engine(model_path, caching, block_size, next(iter(prompts_by_fraction.values())), max_tokens)
+        runs = [(f, r) for r in range(repeats) for f in prompts_by_fraction]
+        for fraction, _ in tqdm(runs, desc=f"caching {'on' if caching else 'off'}", disable=not progress, leave=False):
+            llm.reset_prefix_cache()
+            summary = summarize(run_workload(llm, prompts_by_fraction[fraction], max_tokens=max_tokens,
+                                             mode="offline", progress=False))
+            key = fraction, caching
+            if key not in best or summary["requests_per_s"] > best[key]["requests_per_s"]:
+                best[key] = summary
+    rows = []
+    for fraction in prompts_by_fraction:
+        off, on = best[fraction, False], best[fraction, True]
+        rows.append({"shared_fraction": fraction, "hit_rate": on["hit_rate"], "bound": 1 / (1 - on["hit_rate"]),
+                     "throughput_gain": on["requests_per_s"] / off["requests_per_s"],
+                     "ttft_change": on["mean_ttft_ms"] / off["mean_ttft_ms"] - 1,
+                     "requests_per_s_off": off["requests_per_s"], "requests_per_s_on": on["requests_per_s"],
+                     "mean_ttft_ms_off": off["mean_ttft_ms"], "mean_ttft_ms_on": on["mean_ttft_ms"]})
+    return pd.DataFrame(rows)
+
+
+def zero_hit_runs(model_path: str, prompts: list[list[int]], *, pairs: int, block_size: int | None,
+                  max_tokens: int, progress: bool = True) -> pd.DataFrame:
+    """The same prompt set (nothing shared) submitted at once, caching off and on in alternating order
+    (off-on, on-off, ...: drift in the machine's speed falls on both), a fresh engine for every run."""
+    from tqdm.auto import tqdm
+
+    positive_int("pairs", pairs, "an integer of at least 2 (an interval needs repeats)", minimum=2)
+    rows = []
+    runs = [(pair, caching) for pair in range(pairs) for caching in ((False, True) if pair % 2 == 0 else (True, False))]
+    for pair, caching in tqdm(runs, desc="zero-hit runs", disable=not progress, leave=False):
+        llm = warm_engine(model_path, caching, block_size, prompts, max_tokens)
+        summary = summarize(run_workload(llm, prompts, max_tokens=max_tokens, mode="offline", progress=False))
+        rows.append({"pair": pair, "caching": "on" if caching else "off", "requests_per_s": summary["requests_per_s"],
+                     "mean_ttft_ms": summary["mean_ttft_ms"], "hit_rate": summary["hit_rate"]})
+    return pd.DataFrame(rows)
+
+
+def hit_rate_for(table: pd.DataFrame, column: str, target: float) -> float:
+    """The token hit rate at which `column` (measured against `hit_rate`) reaches `target`, by linear
+    interpolation along the measured curve; NaN when the target lies outside what was measured."""
+    curve = table.sort_values("hit_rate")
+    values, rates = curve[column].to_numpy(float), curve["hit_rate"].to_numpy(float)
+    if not (min(values) <= target <= max(values)):
+        return math.nan
+    order = np.argsort(values)
+    return float(np.interp(target, values[order], rates[order]))
+
+
+def a100_projection(prompt_tokens: Sequence[int], cached_tokens: Sequence[int], output_tokens: Sequence[int]) -> dict:
+    """Seconds an A100 would spend on these requests submitted together: prefill by FLOPs (weights plus
+    attention over cached and new keys) at half of peak, decode by reading the weights once per step
+    with up to MAX_NUM_SEQS requests per step. A rough model, for the order of magnitude."""
+    uncached = np.asarray(prompt_tokens, float) - np.asarray(cached_tokens, float)
+    cached = np.asarray(cached_tokens, float)
+    m = LLAMA_7B
+    flops = (2 * m["params"] * uncached + 4 * m["layers"] * m["hidden"] * (uncached**2 / 2 + uncached * cached)).sum()
+    prefill_s = flops / (A100_PEAK_FLOPS * A100_ACHIEVED)
+    decode_steps = math.ceil(len(uncached) / MAX_NUM_SEQS) * max(output_tokens)
+    decode_s = decode_steps * m["weight_bytes"] / A100_HBM_BYTES_PER_S
+    return {"prefill_s": prefill_s, "decode_s": decode_s, "requests_per_s": len(uncached) / (prefill_s + decode_s)}
+
+
+def a100_curve(prompt_tokens: Sequence[int], output_tokens: Sequence[int], hit_rates: Sequence[float]) -> pd.DataFrame:
+    """The projected throughput gain at each token hit rate for these prompt lengths. In a batch submitted
+    at once, mean TTFT scales with the time to work through it, so its change is about 1 / gain - 1."""
+    prompt = np.asarray(prompt_tokens)
+    off = a100_projection(prompt, np.zeros_like(prompt), output_tokens)["requests_per_s"]
+    rows = []
+    for h in hit_rates:
+        on = a100_projection(prompt, np.floor(h * prompt), output_tokens)["requests_per_s"]
+        rows.append({"hit_rate": h, "throughput_gain": on / off, "ttft_change": off / on - 1})
+    return pd.DataFrame(rows)
+
+
+def capacity(sweep: pd.DataFrame, target_ms: float, column: str = "p99_ttft_ms") -> float:
+    """The highest offered rate whose `column` stays at or under `target_ms`, among the rates of one sweep
+    (0.0 when even the lowest rate misses the target). Rates above the first miss do not count."""
+    if not target_ms > 0:
+        raise ValueError(f"target_ms={target_ms!r} must be a positive number of milliseconds")
+    best = 0.0
+    for _, row in sweep.sort_values("request_rate").iterrows():
+        if row[column] > target_ms:
+            break
+        best = float(row["request_rate"])
+    return best
+
+
+def ratio_interval(ratios: Sequence[float], confidence: float = 0.95, resamples: int = 10_000,
+                   seed: int = 0) -> tuple[float, float, float]:
+    """Mean of paired ratios and its bootstrap (percentile) confidence interval."""
+    values = np.asarray(ratios, float)
+    if len(values) < 2:
+        raise ValueError(f"{len(values)} ratio(s): an interval needs at least two repeats")
+    means = np.random.default_rng(seed).choice(values, (resamples, len(values))).mean(axis=1)
+    low, high = np.quantile(means, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(values.mean()), float(low), float(high)

@@ -1,0 +1,175 @@
+"""Run a workload through the real engine and record, per request, where its time to first token went.
+
+Per request, from vLLM's own timestamps: preprocessing (arrival to queued: tokenization, input
+checks, and in online runs any wait for the engine loop to take the request in), queueing (queued to
+first scheduled), prefill (scheduled to first token), TTFT (arrival to first token) and end-to-end
+latency. Offline mode submits every request at once (the article's batch
+test); online mode submits them at Poisson arrival times, so TTFT is what a user would see;
+sequential mode sends one request at a time (no queueing: TTFT is preprocessing plus prefill).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from lab.serving import vllm_internals
+from lab.serving.engine import check_prompts
+
+if TYPE_CHECKING:
+    import vllm
+
+MODES = ("offline", "online", "sequential")
+
+
+def arrival_times(n: int, mode: str, rate: float | None, seed: int) -> list[float]:
+    """Seconds after the start at which each request is submitted."""
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}: use 'offline' (all at once), 'online' (Poisson arrivals at `rate`) "
+                         "or 'sequential' (one at a time)")
+    if mode != "online":
+        return [0.0] * n
+    if rate is None or isinstance(rate, bool) or not rate > 0:
+        raise ValueError(f"rate={rate!r}: online mode needs a positive arrival rate in requests per second")
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
+    return np.concatenate([[0.0], np.cumsum(gaps[1:])]).tolist()
+
+
+def process_memory_gib() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**30
+
+
+def run_workload(
+    llm: vllm.LLM,
+    prompts: Sequence[str | Sequence[int]],
+    *,
+    max_tokens: int = 16,
+    mode: str = "offline",
+    rate: float | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """One row per request (in prompt order). Run-level facts (peak KV blocks in use, peak process memory,
+    wall time) are in the frame's `attrs`."""
+    if isinstance(prompts, str) or len(prompts) == 0:
+        raise ValueError("prompts is empty: pass a non-empty list of prompts (e.g. load_workload(...).prompts)")
+    arrivals = arrival_times(len(prompts), mode, rate, seed)
+    token_ids = check_prompts(llm, prompts, max_tokens)  # every prompt is checked before any is sent
+    outputs, submitted, sent, peak_blocks, peak_memory, usable = _drive(
+        llm, token_ids, arrivals, max_tokens, progress, one_at_a_time=mode == "sequential")
+    rows = [_row(i, out, submitted[i]) | {"sent_s": sent[i]} for i, out in enumerate(outputs)]
+    df = pd.DataFrame(rows)
+    df.attrs = {"mode": mode, "rate": rate, "max_tokens": max_tokens, "peak_kv_blocks": peak_blocks,
+                "kv_blocks": usable, "peak_process_gib": round(peak_memory, 3)}
+    return df
+
+
+def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time):
+    """Submit requests at their arrival times (or each when the previous one finished) and step the
+    engine until all have finished."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    engine = vllm_internals.engine_loop(llm)
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    run = uuid.uuid4().hex[:8]
+    pending = deque(enumerate(arrivals))
+    outputs: dict[int, object] = {}
+    submitted: dict[int, float] = {}  # when each request's TTFT clock starts
+    sent: dict[int, float] = {}  # when it was handed to the engine
+    peak_blocks, usable = vllm_internals.kv_blocks_in_use(llm), vllm_internals.num_kv_blocks(llm)
+    peak_memory = process_memory_gib()
+    start, start_wall = time.monotonic(), time.time()
+    with tqdm(total=len(token_ids), desc="requests", disable=not progress, leave=False) as bar:
+        while len(outputs) < len(token_ids):
+            now = time.monotonic() - start
+            while pending and pending[0][1] <= now and not (one_at_a_time and engine.has_unfinished_requests()):
+                i, planned = pending.popleft()
+                # A request that arrived while the engine was busy with a step is added late; its planned
+                # arrival time still starts its TTFT clock, so that wait counts as the user would see it.
+                arrived = now if one_at_a_time else planned
+                engine.add_request(f"{run}-{i}", TokensPrompt(prompt_token_ids=token_ids[i]), params,
+                                   arrival_time=start_wall + arrived)
+                submitted[i], sent[i] = arrived, time.monotonic() - start
+            if not engine.has_unfinished_requests():
+                time.sleep(min(0.01, max(0.0, pending[0][1] - now)))
+                continue
+            for out in engine.step():
+                if out.finished:
+                    outputs[int(out.request_id.rsplit("-", 1)[1])] = out
+                    bar.update()
+            peak_blocks = max(peak_blocks, vllm_internals.kv_blocks_in_use(llm))
+            peak_memory = max(peak_memory, process_memory_gib())
+    order = range(len(token_ids))
+    return ([outputs[i] for i in order], [submitted[i] for i in order], [sent[i] for i in order],
+            peak_blocks, peak_memory, usable)
+
+
+def _row(i: int, out, arrival_s: float) -> dict:
+    m = out.metrics
+    ttft = m.first_token_latency
+    return {
+        "request": i,
+        "prompt_tokens": len(out.prompt_token_ids),
+        "cached_tokens": out.num_cached_tokens or 0,
+        "output_tokens": len(out.outputs[0].token_ids),
+        "arrival_s": arrival_s,
+        "ttft_s": ttft,
+        "preprocess_s": max(0.0, ttft - (m.first_token_ts - m.queued_ts)),  # incl. any wait to be added
+        "queue_s": m.scheduled_ts - m.queued_ts,
+        "prefill_s": m.first_token_ts - m.scheduled_ts,
+        "e2e_s": ttft + (m.last_token_ts - m.first_token_ts),
+        "output_token_ids": tuple(out.outputs[0].token_ids),
+    }
+
+
+def summarize(df: pd.DataFrame) -> pd.Series:
+    """Latency percentiles, throughput and token-weighted hit rate (hits / queries, as vLLM counts)."""
+    if df.empty:
+        raise ValueError("summarize() needs at least one request row")
+    makespan = (df.arrival_s + df.e2e_s).max() - df.arrival_s.min()
+    ttft_ms = df.ttft_s * 1e3
+    summary = {
+        "requests": len(df),
+        "mean_ttft_ms": ttft_ms.mean(),
+        "p50_ttft_ms": ttft_ms.quantile(0.5),
+        "p90_ttft_ms": ttft_ms.quantile(0.9),
+        "p99_ttft_ms": ttft_ms.quantile(0.99),
+        "mean_preprocess_ms": df.preprocess_s.mean() * 1e3,
+        "mean_queue_ms": df.queue_s.mean() * 1e3,
+        "mean_prefill_ms": df.prefill_s.mean() * 1e3,
+        "requests_per_s": len(df) / makespan,
+        "prompt_tokens_per_s": df.prompt_tokens.sum() / makespan,
+        "output_tokens_per_s": df.output_tokens.sum() / makespan,
+        "hit_rate": df.cached_tokens.sum() / df.prompt_tokens.sum(),
+    }
+    attrs = df.attrs
+    if attrs.get("mode") == "online" and len(df) > 1:
+        summary["offered_rate_per_s"] = offered_rate(df)
+    if "peak_kv_blocks" in attrs:
+        summary |= {"peak_kv_blocks": attrs["peak_kv_blocks"],
+                    "peak_kv_usage": attrs["peak_kv_blocks"] / attrs["kv_blocks"],
+                    "peak_process_gib": attrs["peak_process_gib"]}
+    return pd.Series(summary, name="value")
+
+
+def offered_rate(df: pd.DataFrame) -> float:
+    """Requests per second the arrival times actually delivered (a seeded Poisson draw is not its mean rate)."""
+    span = df.arrival_s.max() - df.arrival_s.min()
+    return (len(df) - 1) / span if span > 0 else float("nan")
+
+
+def compare(off: pd.Series, on: pd.Series) -> pd.DataFrame:
+    """The with/without table: both values and the % change from off to on."""
+    table = pd.DataFrame({"cache off": off, "cache on": on})
+    table["change_%"] = (table["cache on"] - table["cache off"]) / table["cache off"].where(table["cache off"] != 0) * 100
+    return table

@@ -1,0 +1,86 @@
+"""Results files with their provenance: the machine and versions beside every table, written atomically,
+never over an earlier run."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lab import PROJECT_ROOT
+from lab.serving.backend import hardware
+
+
+def results_dir() -> Path:
+    """data/results/ in the project, or LAB_RESULTS_DIR (the tests point it elsewhere)."""
+    path = Path(os.environ.get("LAB_RESULTS_DIR", PROJECT_ROOT / "data" / "results"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def environment(**details: Any) -> dict[str, Any]:
+    """Hardware and versions for a results file; `details` adds run settings (block size, preset, ...)."""
+    return hardware() | {"profile": os.environ.get("LAB_PROFILE", "interactive"), **details}  # profile: lab.tools.runner
+
+
+def hardware_line(env: dict[str, Any]) -> str:
+    return f"{env['device']} | {env['backend']} | {env['vllm']} | torch {env['torch']} | python {env['python']}"
+
+
+def write_atomically(path: Path, text: str, *, overwrite: bool = False) -> None:
+    """Write via a temporary file beside `path`, so readers never see half a file. Without `overwrite`,
+    an existing file is never replaced (FileExistsError)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # fails if the file exists: an earlier run is never overwritten
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def save_results(df: pd.DataFrame, name: str, env: dict[str, Any]) -> Path:
+    """Write `name`-<run id>.csv and its .json provenance under results_dir(); returns the CSV's path."""
+    if df.empty:
+        raise ValueError(f"refusing to save an empty results table for {name!r}")
+    run_id = time.strftime("%Y%m%dT%H%M%S")
+    out = results_dir()
+    for attempt in range(100):
+        stem = f"{name}-{run_id}" + (f"-{attempt}" if attempt else "")
+        csv_path = out / f"{stem}.csv"
+        try:
+            write_atomically(csv_path, df.to_csv(index=False))
+        except FileExistsError:
+            continue
+        write_atomically(out / f"{stem}.json", json.dumps({"name": name, "run_id": stem, "environment": env},
+                                                        indent=2, default=str) + "\n")
+        return csv_path
+    raise FileExistsError(f"could not find a free results file name for {name!r} under {out}")
+
+
+def _run_order(path: Path) -> tuple[str, int]:
+    run_id = path.stem.rsplit("-", 2)
+    stamp, attempt = (run_id[-2], int(run_id[-1])) if run_id[-1].isdigit() else (run_id[-1], 0)
+    return stamp, attempt
+
+
+def load_latest(name: str, directory: Path | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The most recent results table saved under `name` (in `directory`, default results_dir()), with its
+    provenance. Runs are ordered by the run id in their file name (a timestamp), not by file times, which a
+    fresh clone sets all alike."""
+    directory = directory or results_dir()
+    candidates = sorted(directory.glob(f"{name}-*.csv"), key=_run_order)
+    if not candidates:
+        raise FileNotFoundError(f"no results named {name!r} under {directory}; run the notebook or `make run` first")
+    latest = candidates[-1]
+    meta = json.loads(latest.with_suffix(".json").read_text())
+    return pd.read_csv(latest), meta

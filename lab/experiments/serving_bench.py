@@ -1,0 +1,156 @@
+"""vLLM's own benchmark client (`vllm bench serve`) against a lab server: one run, a sweep of request
+rates, and the prefix-cache hit rate the benchmark does not report (read from the server's /metrics).
+
+    with VLLMServer(block_size=32, dev_endpoints=True) as server:     # dev endpoints: the cache is emptied per rate
+        path = export_custom_dataset(workload.prompts, tmp / "prompts.jsonl")
+        sweep = sweep_rates(server, [2, 4, 8], seconds_per_rate=5, dataset_path=path, output_tokens=16)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from lab.checks import number_in, positive_int
+from lab.experiments.results import write_atomically
+from lab.serving import vllm_internals
+from lab.serving.engine_settings import model_config
+from lab.serving.server import VLLMServer
+
+HITS, QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
+
+
+def export_custom_dataset(prompts: Sequence[str], path: str | Path, *, overwrite: bool = False) -> Path:
+    """Prompts as the JSONL that `vllm bench serve --dataset-name custom` reads ({"prompt": ...} per line)."""
+    if isinstance(prompts, str) or not prompts:
+        raise ValueError("prompts must be a non-empty list of strings")
+    path = Path(path)
+    write_atomically(path, "".join(json.dumps({"prompt": p}, ensure_ascii=False) + "\n" for p in prompts),
+                     overwrite=overwrite)
+    return path
+
+
+def check_rate(request_rate: Any) -> None:
+    number_in("request_rate", request_rate, 0, math.inf, "a positive number of requests per second "
+              "(math.inf: all at once)", low_open=True)
+
+
+def context_length(server: VLLMServer) -> int:
+    return int(server.settings.engine_args.get("max_model_len")
+               or model_config(server.model_path).get("max_position_embeddings") or 0)
+
+
+def check_dataset(server: VLLMServer, dataset_path: Path, num_prompts: int, output_tokens: int) -> None:
+    """The file holds `num_prompts` prompts (vLLM would repeat prompts to make up a shortfall, and repeats
+    hit the cache), and each fits the server's context with room for its output; checked before the run."""
+    from transformers import AutoTokenizer
+
+    if not dataset_path.is_file():
+        raise FileNotFoundError(f"dataset_path={str(dataset_path)!r} does not exist; write one with export_custom_dataset")
+    lines = dataset_path.read_text(encoding="utf-8").splitlines()
+    if len(lines) < num_prompts:
+        raise ValueError(f"{dataset_path.name} holds {len(lines)} prompts but num_prompts={num_prompts}: vLLM would "
+                         f"send some twice, and a repeat hits the cache; export at least {num_prompts}")
+    tokenizer = AutoTokenizer.from_pretrained(server.model_path)
+    limit = context_length(server)
+    for line_number, line in enumerate(lines[:num_prompts], 1):
+        length = len(tokenizer.encode(json.loads(line)["prompt"]))
+        if limit and length + output_tokens > limit:
+            raise ValueError(f"{dataset_path.name} line {line_number}: a prompt of {length} tokens plus "
+                             f"output_tokens={output_tokens} exceeds the server's context of {limit} tokens")
+
+
+def bench_args(server: VLLMServer, *, dataset: str, dataset_path: Path | None, num_prompts: int,
+               request_rate: float, output_tokens: int, seed: int, extra_args: Sequence[str]) -> list[str]:
+    args = ["--backend", "vllm", "--base-url", server.url, "--model", server.model_path,
+            "--served-model-name", server.model_name, "--tokenizer", server.model_path,
+            "--dataset-name", dataset, "--num-prompts", str(num_prompts), "--request-rate", str(request_rate),
+            "--seed", str(seed), "--ignore-eos", "--temperature", "0", "--disable-tqdm", "--save-detailed",
+            "--percentile-metrics", "ttft,e2el", "--metric-percentiles", "50,99"]
+    if dataset == "custom":
+        args += ["--dataset-path", str(dataset_path), "--custom-output-len", str(output_tokens),
+                 "--skip-chat-template"]
+    elif dataset == "prefix_repetition":
+        args += ["--prefix-repetition-output-len", str(output_tokens)]
+    return args + list(extra_args)
+
+
+def bench_serve(server: VLLMServer, *, request_rate: float, num_prompts: int, output_tokens: int = 16,
+                dataset: str = "custom", dataset_path: str | Path | None = None, seed: int = 0,
+                extra_args: Sequence[str] = ()) -> dict[str, Any]:
+    """One `vllm bench serve` run at `request_rate` (Poisson arrivals), as one row: TTFT percentiles,
+    throughput, goodput (with `--goodput` in extra_args) and the token hit rate from the server's /metrics."""
+    check_rate(request_rate)
+    positive_int("num_prompts", num_prompts)
+    if dataset not in ("custom", "prefix_repetition"):
+        raise ValueError(f"dataset={dataset!r}: use 'custom' (a lab workload, see export_custom_dataset) "
+                         "or 'prefix_repetition' (vLLM's synthetic shared prefixes)")
+    if not server.healthy():
+        raise RuntimeError(f"the server at {server.url} is not up; start it first (`with VLLMServer(...) as server:`)")
+    if dataset == "custom":
+        dataset_path = Path(dataset_path) if dataset_path is not None else Path("missing")
+        check_dataset(server, dataset_path, num_prompts, output_tokens)
+    before = server.metrics()
+    result, printed = vllm_internals.bench_serve(bench_args(
+        server, dataset=dataset, dataset_path=dataset_path, num_prompts=num_prompts, request_rate=request_rate,
+        output_tokens=output_tokens, seed=seed, extra_args=extra_args))
+    after = server.metrics()
+    if result["completed"] < num_prompts:
+        errors = [e for e in result.get("errors", []) if e][:3]
+        raise RuntimeError(f"{num_prompts - result['completed']} of {num_prompts} requests failed: {errors}")
+    queries = after.get(QUERIES, 0.0) - before.get(QUERIES, 0.0)
+    return {
+        "request_rate": request_rate,
+        "offered_rate": _offered_rate(result),
+        "completed": result["completed"],
+        "duration_s": result["duration"],
+        "request_throughput": result["request_throughput"],
+        "request_goodput": result.get("request_goodput"),
+        "mean_ttft_ms": result["mean_ttft_ms"],  # vLLM's own statistics from here on
+        "p50_ttft_ms": result["p50_ttft_ms"],
+        "p99_ttft_ms": result["p99_ttft_ms"],
+        "p99_e2el_ms": result["p99_e2el_ms"],
+        "mean_input_tokens": float(np.mean(result["input_lens"])),
+        # with caching off vLLM counts no queries: nothing was looked up, nothing hit
+        "hit_rate": (after.get(HITS, 0.0) - before.get(HITS, 0.0)) / queries if queries else 0.0,
+    }
+
+
+def _offered_rate(result: dict[str, Any]) -> float:
+    """Requests per second the client actually sent (the Poisson draw's own rate, not the one asked for)."""
+    starts = sorted(result["start_times"])
+    return (len(starts) - 1) / (starts[-1] - starts[0]) if len(starts) > 1 and starts[-1] > starts[0] else math.inf
+
+
+def sweep_rates(server: VLLMServer, rates: Sequence[float], *, seconds_per_rate: float, min_prompts: int = 8,
+                progress: bool = True, **bench: Any) -> pd.DataFrame:
+    """`bench_serve` at each rate, lowest first, each from an empty prefix cache and lasting about
+    `seconds_per_rate` (rate x seconds prompts, at least `min_prompts`); one row per rate."""
+    if not rates:
+        raise ValueError("rates is empty: give the request rates to sweep, e.g. [1, 2, 4, 8]")
+    for rate in rates:
+        check_rate(rate)
+        if math.isinf(rate):
+            raise ValueError("a sweep needs finite request rates; use bench_serve for all-at-once")
+    if not seconds_per_rate > 0:
+        raise ValueError(f"seconds_per_rate={seconds_per_rate!r} must be positive")
+    rows = []
+    for rate in tqdm(sorted(rates), desc="request rates", disable=not progress, leave=False):
+        server.reset_prefix_cache()
+        num_prompts = max(min_prompts, math.ceil(rate * seconds_per_rate))
+        rows.append(bench_serve(server, request_rate=rate, num_prompts=num_prompts, **bench) | {"num_prompts": num_prompts})
+    return pd.DataFrame(rows)
+
+
+def unloaded_run(server: VLLMServer, *, num_prompts: int, **bench: Any) -> dict[str, Any]:
+    """One `bench_serve` row with one request in flight at a time (no queueing), from an empty cache."""
+    server.reset_prefix_cache()
+    return bench_serve(server, request_rate=math.inf, num_prompts=num_prompts,
+                       extra_args=[*bench.pop("extra_args", ()), "--max-concurrency", "1"], **bench)

@@ -1,0 +1,195 @@
+"""N real vLLM servers behind the real `vllm-router`, as one context manager.
+
+    with Fleet(replicas=2, policy="cache_aware") as fleet:
+        result = stream_completion(fleet.client(), fleet.model_name, prompt)
+        fleet.replica_metrics()        # one parsed /metrics per replica
+
+        fleet.use_policy("round_robin")  # a new router in front of the same replicas
+        fleet.reset_prefix_caches()      # every replica starts cold again
+
+Each replica is a `lab.serving.server.VLLMServer` with its own KV pool (`kv_blocks` usable blocks), `--enable-scale-out`
+(the router prepares prompts through the replicas' `/v1/completions/render`, which vLLM refuses without it),
+vLLM's development endpoints (for `/reset_prefix_cache`), KV events published on a port of its own (for
+`kv_aware`) and, on a CPU, its own core. Replicas start once; switching policy restarts only the router,
+in about a second. Every process runs in its own process group and is stopped when the block ends, when a
+start fails, or when Python exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lab.checks import positive_int
+from lab.serving.backend import backend
+from lab.serving.client import openai_client
+from lab.serving.engine_settings import check_block_size, model_config, resolve_model
+from lab.serving.processes import ManagedProcess, executable_beside_python, free_port
+from lab.serving.server import SERVED_MODEL_NAME, VLLMServer
+
+POLICIES = ("random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
+            "sticky_least_loaded")  # vllm-router 0.1.17's --policy choices
+ROUTER_HINT = "install it with `pip install vllm-router==0.1.17` (it is in requirements.txt; `make test` sets it up)"
+
+
+def router_executable() -> str:
+    """The `vllm-router` launcher beside this Python, or on PATH."""
+    found = executable_beside_python("vllm-router")
+    if not found:
+        raise ImportError(f"vllm-router is not installed for this Python ({sys.executable}); {ROUTER_HINT}")
+    return found
+
+
+def check_policy(policy: Any) -> None:
+    if policy not in POLICIES:
+        raise ValueError(f"policy={policy!r}: vllm-router's policies are {', '.join(POLICIES)}")
+
+
+def check_fleet(replicas: Any, policy: Any, kv_blocks: Any, block_size: int, max_model_len: int) -> None:
+    """Raise ValueError, before any process starts, on a fleet this machine or the router cannot run."""
+    positive_int("replicas", replicas, "a positive number of vLLM servers, e.g. 2")
+    cores = os.cpu_count() or 1
+    if backend() == "cpu" and replicas > cores:
+        raise ValueError(f"replicas={replicas}: this CPU has {cores} cores and each CPU replica needs one of its "
+                         f"own; use at most {cores}")
+    check_policy(policy)
+    positive_int("kv_blocks", kv_blocks, "a positive number of usable KV blocks per replica")
+    if kv_blocks * block_size < max_model_len:
+        raise ValueError(f"kv_blocks={kv_blocks} x block_size={block_size} = {kv_blocks * block_size} tokens cannot "
+                         f"hold one prompt of max_model_len={max_model_len}: use kv_blocks >= "
+                         f"{-(-max_model_len // block_size)}, or pass a smaller max_model_len in engine_args")
+
+
+@dataclass(eq=False)
+class Router:
+    """The real `vllm-router` in front of `worker_urls`."""
+
+    worker_urls: Sequence[str]
+    policy: str = "cache_aware"
+    args: Sequence[str] = ()  # further router flags, passed as they are
+    host: str = "127.0.0.1"
+    port: int | None = None
+    startup_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        self.port = self.port or free_port(self.host)
+        self.managed = ManagedProcess("vllm-router", self.command(), f"{self.url}/health", log_prefix="vllm-router-")
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def process(self):
+        return self.managed.process
+
+    @property
+    def log_path(self):
+        return self.managed.log_path
+
+    def command(self) -> list[str]:
+        return [router_executable(), "--host", self.host, "--port", str(self.port), "--policy", self.policy,
+                "--prometheus-port", str(free_port(self.host)), "--worker-urls", *self.worker_urls, *self.args]
+
+    def start(self) -> Router:
+        self.managed.start(self.startup_timeout_s)
+        return self
+
+    def stop(self) -> None:
+        self.managed.stop(timeout_s=10.0)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return self.managed.log_tail(lines)
+
+
+@dataclass(eq=False)
+class Fleet:
+    replicas: int = 2
+    policy: str = "cache_aware"
+    model: str | os.PathLike | None = None
+    block_size: int = 32
+    kv_blocks: int = 160  # usable KV blocks per replica
+    engine_args: Mapping[str, Any] = field(default_factory=dict)  # further EngineArgs for every replica
+    router_args: Sequence[str] = ()  # further vllm-router flags, e.g. ("--cache-threshold", "0.5")
+    startup_timeout_s: float = 300.0
+
+    model_name = SERVED_MODEL_NAME
+
+    def __post_init__(self) -> None:
+        check_block_size(self.block_size)
+        model_path = resolve_model(self.model)
+        max_model_len = self.engine_args.get("max_model_len") or model_config(model_path)["max_position_embeddings"]
+        check_fleet(self.replicas, self.policy, self.kv_blocks, self.block_size, max_model_len)
+        router_executable()  # a missing router fails here, before any server starts
+        self.event_ports = [free_port() for _ in range(self.replicas)]
+        self.servers = [self._replica(model_path, i) for i in range(self.replicas)]
+        self.router = self._router(self.policy, self.router_args)
+
+    def _replica(self, model_path: str, index: int) -> VLLMServer:
+        # a bind address: with 127.0.0.1 vLLM's publisher connects instead of binding, and nothing arrives
+        events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{self.event_ports[index]}"}
+        environment = {"VLLM_CPU_OMP_THREADS_BIND": str(index)} if backend() == "cpu" else {}
+        return VLLMServer(model_path, block_size=self.block_size, dev_endpoints=True, environment=environment,
+                          extra_args=["--enable-scale-out", "--kv-events-config", json.dumps(events)],
+                          engine_args={"num_gpu_blocks_override": self.kv_blocks + 1} | dict(self.engine_args),
+                          startup_timeout_s=self.startup_timeout_s)
+
+    def _router(self, policy: str, router_args: Sequence[str]) -> Router:
+        events = []
+        if policy == "kv_aware":
+            for server, port in zip(self.servers, self.event_ports):  # one flag per replica
+                events += ["--kv-event-source", f"{server.url}=tcp://127.0.0.1:{port}"]
+            events += ["--kv-event-block-size", str(self.block_size), "--kv-event-model", SERVED_MODEL_NAME]
+        return Router([s.url for s in self.servers], policy, [*events, *router_args])
+
+    def use_policy(self, policy: str, router_args: Sequence[str] = ()) -> None:
+        """Replace the router with one running `policy` (and `router_args`), in front of the same replicas."""
+        check_policy(policy)
+        self.router.stop()
+        self.policy, self.router_args = policy, tuple(router_args)
+        self.router = self._router(policy, router_args).start()
+
+    def reset_prefix_caches(self) -> None:
+        """Empty every replica's prefix cache."""
+        for server in self.servers:
+            server.reset_prefix_cache()
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.router.url}/v1"
+
+    def start(self) -> Fleet:
+        """Start every replica side by side, then the router; on any failure stop them all."""
+        try:
+            for server in self.servers:
+                server.launch()
+            for server in self.servers:
+                server.wait_until_healthy()
+            self.router.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop the router and every replica (idempotent)."""
+        self.router.stop()
+        for server in self.servers:
+            server.stop()
+
+    def client(self):
+        return openai_client(self.base_url)
+
+    def replica_metrics(self) -> list[dict[str, float]]:
+        """Each replica's /metrics, parsed (in replica order)."""
+        return [server.metrics() for server in self.servers]
+
+    def __enter__(self) -> Fleet:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,57 @@
+"""vLLM's Prometheus `/metrics`: parsed with prometheus-client's parser, and scraped in the background while
+requests run."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+
+
+def read_metrics(url: str) -> dict[str, float]:
+    """GET `url` (a server's /metrics) and parse it."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return parse_metrics(response.read().decode())
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Sample name -> value, summed over label sets, from Prometheus text (prometheus-client's parser)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
+
+
+@contextlib.contextmanager
+def scraping(server, names: Sequence[str], interval_s: float = 0.1) -> Iterator[list[dict]]:
+    """Scrape `/metrics` every `interval_s` from a background thread while the block runs. Yields the list
+    it fills: one row per scrape, `seconds` since the start and the value of each of `names`; the last row
+    is taken after the block ends."""
+    if not interval_s > 0:
+        raise ValueError(f"interval_s={interval_s!r}: use a positive number of seconds between scrapes")
+    rows: list[dict] = []
+    stop = threading.Event()
+    start = time.perf_counter()
+
+    def scrape() -> None:
+        values = server.metrics()
+        rows.append({"seconds": time.perf_counter() - start} | {n: values.get(n, float("nan")) for n in names})
+
+    def loop() -> None:
+        while not stop.is_set():
+            scrape()
+            stop.wait(interval_s)
+
+    thread = threading.Thread(target=loop, name="metrics-scraper", daemon=True)
+    thread.start()
+    try:
+        yield rows
+    finally:
+        stop.set()
+        thread.join()
+        scrape()

@@ -1,0 +1,126 @@
+"""JupyterLab for the notebooks, started the way `make lab` starts it: its own free port (or LAB_PORT), a
+fresh token, a health wait, and a message that says what to do when it cannot start or no browser opens.
+
+    python -m lab.tools.notebook_server              # what `make lab` runs
+    with JupyterLab(root="notebooks").start() as jl:
+        jl.url("00_quickstart.ipynb")          # http://127.0.0.1:PORT/lab/tree/00_quickstart.ipynb?token=...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+import tempfile
+import webbrowser
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab import PROJECT_ROOT
+from lab.serving.processes import (
+    ManagedProcess,
+    ServerStartError,
+    executable_beside_python,
+    free_port,
+    port_in_use,
+)
+
+
+def jupyter_executable() -> str:
+    if found := executable_beside_python("jupyter"):
+        return found
+    raise FileNotFoundError("jupyter is not installed in this environment: run `make setup` (it installs "
+                            "jupyterlab from requirements.txt)")
+
+
+@dataclass
+class JupyterLab:
+    root: str | Path = PROJECT_ROOT / "notebooks"
+    port: int | None = None  # None: a free one
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    host: str = "127.0.0.1"
+    settings: dict[str, dict] = field(default_factory=dict)  # e.g. {"@jupyterlab/notebook-extension:tracker": {...}}
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"root={str(self.root)!r} is not a folder of notebooks")
+        if self.port is not None and port_in_use(self.port, self.host):
+            raise OSError(f"port {self.port} is already in use (another JupyterLab?): choose another with "
+                          "LAB_PORT=NNNN, or leave it unset for a free one")
+        self.managed: ManagedProcess | None = None
+        self.settings_dir = Path(tempfile.mkdtemp(prefix="jupyterlab-settings-")) if self.settings else None
+        for plugin, values in self.settings.items():
+            package, name = plugin.split(":")
+            path = self.settings_dir / package / f"{name}.jupyterlab-settings"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(values))
+
+    @property
+    def base(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def url(self, notebook: str | None = None) -> str:
+        path = f"/lab/tree/{notebook}" if notebook else "/lab"
+        return f"{self.base}{path}?token={self.token}"
+
+    def command(self) -> list[str]:
+        allow_root = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+        return [jupyter_executable(), "lab", str(self.root), f"--ServerApp.ip={self.host}", f"--ServerApp.port={self.port}",
+                "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}", "--ServerApp.open_browser=False",
+                "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", *allow_root,
+                *([f"--LabApp.user_settings_dir={self.settings_dir}"] if self.settings_dir else [])]
+
+    @property
+    def process(self):
+        return self.managed.process if self.managed else None
+
+    @property
+    def log_path(self):
+        return self.managed.log_path if self.managed else None
+
+    def start(self, timeout_s: float = 120.0) -> JupyterLab:
+        self.port = self.port or free_port(self.host)
+        self.managed = ManagedProcess("JupyterLab", self.command(), f"{self.base}/api/status?token={self.token}",
+                                      log_prefix="jupyterlab-")
+        self.managed.start(timeout_s)
+        return self
+
+    def stop(self) -> None:
+        if self.managed:
+            self.managed.stop(timeout_s=15)
+
+    def __enter__(self) -> JupyterLab:
+        return self if self.process else self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.tools.notebook_server", description="JupyterLab on notebooks/")
+    parser.add_argument("--port", type=int, default=int(os.environ["LAB_PORT"]) if os.environ.get("LAB_PORT") else None)
+    parser.add_argument("--no-browser", action="store_true", help="print the address instead of opening a browser")
+    args = parser.parse_args(argv)
+    try:
+        lab = JupyterLab(port=args.port).start()
+    except (OSError, ServerStartError) as error:
+        print(f"JupyterLab could not start: {error}", file=sys.stderr)
+        return 1
+    print(f"JupyterLab is running: {lab.url('00_quickstart.ipynb')}\n(stop it with Ctrl+C; its log: {lab.log_path})")
+    if not args.no_browser and not webbrowser.open(lab.url("00_quickstart.ipynb")):
+        print("no browser could be opened on this machine: copy the address above into a browser (on a remote "
+              "machine, forward the port first: ssh -L PORT:127.0.0.1:PORT host)")
+    try:
+        lab.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        lab.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

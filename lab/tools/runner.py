@@ -1,0 +1,125 @@
+"""Execute the lab's notebooks headlessly with papermill, with per-notebook parameters per profile.
+
+    python -m lab.tools.runner [--profile quick|full] [NOTEBOOK ...]
+
+Parameters come from notebooks/profiles.yaml; executed copies go to runs/<profile>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from lab import PROJECT_ROOT
+
+NOTEBOOKS_DIR = PROJECT_ROOT / "notebooks"
+PROFILES_FILE = NOTEBOOKS_DIR / "profiles.yaml"
+RUNS_DIR = PROJECT_ROOT / "runs"
+
+
+@dataclass
+class Outcome:
+    notebook: str
+    seconds: float
+    ok: bool
+    error: str = ""
+
+
+def load_profiles(path: Path = PROFILES_FILE) -> dict[str, dict[str, dict]]:
+    profiles = yaml.safe_load(path.read_text()) or {}
+    return {name: (notebooks or {}) for name, notebooks in profiles.items()}
+
+
+def all_notebooks() -> list[Path]:
+    return sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+
+
+def resolve_notebooks(names: list[str]) -> list[Path]:
+    """Notebook paths for names given as `00_quickstart`, `00_quickstart.ipynb` or a path."""
+    if not names:
+        return all_notebooks()
+    paths = []
+    for name in names:
+        candidates = [Path(name), NOTEBOOKS_DIR / name, NOTEBOOKS_DIR / f"{name}.ipynb"]
+        found = next((p for p in candidates if p.is_file()), None)
+        if found is None:
+            known = ", ".join(p.stem for p in all_notebooks())
+            raise SystemExit(f"notebook {name!r} not found under {NOTEBOOKS_DIR}; known: {known}")
+        paths.append(found.resolve())
+    return paths
+
+
+def execute(notebook: Path, parameters: dict, out_dir: Path) -> Outcome:
+    import papermill
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    try:
+        papermill.execute_notebook(
+            str(notebook),
+            str(out_dir / notebook.name),
+            parameters=parameters,
+            cwd=str(notebook.parent),
+            progress_bar=True,
+        )
+    except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
+        return Outcome(notebook.stem, time.perf_counter() - start, False, str(exc).strip().splitlines()[-1][:200])
+    return Outcome(notebook.stem, time.perf_counter() - start, True)
+
+
+def summary(outcomes: list[Outcome]) -> str:
+    width = max(len(o.notebook) for o in outcomes)
+    lines = [f"{'notebook':<{width}}  seconds  result"]
+    for o in outcomes:
+        result = "ok" if o.ok else f"FAILED: {o.error}"
+        lines.append(f"{o.notebook:<{width}}  {o.seconds:7.1f}  {result}")
+    lines.append(f"{sum(o.ok for o in outcomes)} ok, {sum(not o.ok for o in outcomes)} failed, "
+                 f"{sum(o.seconds for o in outcomes):.0f} s in all")
+    return "\n".join(lines)
+
+
+def parse_overrides(items: list[str], parser: argparse.ArgumentParser) -> dict:
+    overrides = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            parser.error(f"-p {item!r}: write NAME=VALUE, e.g. -p block_size=64")
+        overrides[name] = yaml.safe_load(value)
+    return overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="quick", help="a profile in notebooks/profiles.yaml (quick, full)")
+    parser.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a parameter in every notebook run (VALUE is read as YAML), "
+                             "e.g. -p model=/models/Llama-2-7b-chat-hf")
+    parser.add_argument("notebooks", nargs="*", help="notebooks to run (default: all, in order)")
+    args = parser.parse_args(argv)
+    overrides = parse_overrides(args.parameter, parser)
+
+    profiles = load_profiles()
+    if args.profile not in profiles:
+        parser.error(f"--profile {args.profile!r} is not in {PROFILES_FILE.name}; choose one of {sorted(profiles)}")
+    notebooks = resolve_notebooks(args.notebooks)
+    os.environ["LAB_PROFILE"] = args.profile  # kernels inherit it; results files record it
+    out_dir = RUNS_DIR / args.profile
+
+    outcomes = []
+    for i, notebook in enumerate(notebooks, 1):
+        parameters = profiles[args.profile].get(notebook.stem, {}) | overrides
+        print(f"[{i}/{len(notebooks)}] {notebook.stem} (profile {args.profile}, parameters {parameters})", flush=True)
+        outcomes.append(execute(notebook, parameters, out_dir))
+    print(summary(outcomes))
+    print(f"executed notebooks: {out_dir}")
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
