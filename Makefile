@@ -12,7 +12,7 @@ MODEL := models/$(PRESET)-seed0/config.json
 export PATH := $(abspath $(BIN)):$(PATH)
 export BROWSER_PATH ?= $(shell command -v chromium || command -v chromium-browser || command -v google-chrome)
 
-.PHONY: setup run test lab workshop model clean
+.PHONY: setup run promote test test-fast lint lab workshop model clean
 
 setup: $(STAMP) $(MODEL)
 
@@ -32,8 +32,12 @@ model: $(MODEL)
 
 run: setup
 	$(BIN)/python -m lab.tools.runner --profile $(PROFILE)
-	@# the README's Results section is rewritten from the results files the full run just wrote
-	@if [ "$(PROFILE)" = full ]; then $(BIN)/python -m lab.tools.readme_report; fi
+	@# a full run becomes the canonical one (data/reference/results/) and rewrites the README's Results section
+	@if [ "$(PROFILE)" = full ]; then $(MAKE) --no-print-directory promote && $(BIN)/python -m lab.tools.readme_report; fi
+
+# The newest run of each result name becomes the committed one the README cites
+promote: setup
+	$(BIN)/python -m lab.experiments.results --promote
 
 test: setup
 	$(BIN)/python -m pytest
@@ -46,7 +50,9 @@ lab: setup
 workshop: setup
 	$(BIN)/python -m lab.tools.workshop
 
-# Generated files only: the venv, results/ and figures/ of `make run` stay.
+# What runs write (executed notebooks, results, figures, workloads, the model); the venv, the canonical
+# results in data/reference/results/ and the committed figures stay.
 clean:
-	rm -rf runs models
+	rm -rf runs models data/results
 	rm -f data/workloads/*.jsonl data/workloads/*.manifest.json
+	git clean -qfX figures

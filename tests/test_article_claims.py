@@ -8,6 +8,7 @@ import pytest
 
 from lab import PROJECT_ROOT
 from lab.experiments import article
+from lab.experiments.results import CANONICAL_DIR
 
 CLAIMS = article.claims()
 
@@ -20,7 +21,7 @@ def notebook_headings(path) -> set[str]:
 
 def resolves(pointer: str) -> bool:
     if pointer.startswith("results:"):
-        return any((PROJECT_ROOT / "data" / "results").glob(f"{pointer.removeprefix('results:')}-*.csv"))
+        return any(CANONICAL_DIR.glob(f"{pointer.removeprefix('results:')}-*.csv"))
     if "::" in pointer:
         file, test = pointer.split("::")
         path = PROJECT_ROOT / file

@@ -1,10 +1,14 @@
 """JupyterLab in a real browser: started as `make lab` starts it, driven through its UI with Playwright and
-Debian's Chromium. Notebook 00 runs every cell without an error; notebook 02's widget redraws the block map.
-Screenshots go to LAB_SCREENSHOTS_DIR (default: the test's own temporary folder)."""
+Debian's Chromium. Notebook 00 runs every cell without an error; notebook 02 too, and its widget redraws the
+block map (nbval leaves these two notebooks to this test where Chromium exists: see the root conftest.py).
+Nothing here waits a fixed time: each step waits for the state it needs (the kernel idle, execution
+started, every cell run, the file saved with its outputs). Screenshots go to LAB_SCREENSHOTS_DIR (default:
+the test's own temporary folder)."""
 
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -15,15 +19,16 @@ from lab.tools.runner import NOTEBOOKS_DIR
 
 CHROMIUM = find_chrome()  # BROWSER_PATH, or chromium / chrome on the PATH
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian: apt-get install chromium)")
+IN_BROWSER = ("00_quickstart.ipynb", "02_block_hashing.ipynb")
 
-# the notebook in front: other tabs stay in the page, hidden (".jp-NotebookPanel:not(.lm-mod-hidden)")
-ALL_CELLS_RAN = """() => {
-    const ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)";
-    const prompts = [...document.querySelectorAll(ACTIVE + ' .jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent.trim());
-    return prompts.length > 0 && prompts.every(p => /^\\[\\d+\\]:$/.test(p));
-}"""
-ERRORS_SHOWN = """() => { const ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)"; return [...document.querySelectorAll(ACTIVE + ' .jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
-    .map(o => o.textContent).filter(t => /Traceback|\\w+Error\\b/.test(t)); }"""
+# the notebook in front: other tabs stay in the page, hidden
+ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+PROMPTS = f"[...document.querySelectorAll('{ACTIVE} .jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent.trim())"
+ALL_CELLS_RAN = f"() => {{ const p = {PROMPTS}; return p.length > 0 && p.every(t => /^\\[\\d+\\]:$/.test(t)); }}"
+STARTED = f"() => {PROMPTS}.some(t => /^\\[(\\*|\\d+)\\]:$/.test(t))"
+ERRORS_SHOWN = (f"() => [...document.querySelectorAll('{ACTIVE} .jp-OutputArea-output"
+                "[data-mime-type=\"application/vnd.jupyter.stderr\"]')].map(o => o.textContent)"
+                ".filter(t => /Traceback|\\w+Error\\b/.test(t))")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +42,7 @@ def screenshots(tmp_path_factory) -> Path:
 def jupyterlab(tmp_path_factory):
     """JupyterLab on copies of the notebooks (its autosave must not write outputs into the committed ones)."""
     root = tmp_path_factory.mktemp("notebooks")
-    for name in ("00_quickstart.ipynb", "02_block_hashing.ipynb"):
+    for name in IN_BROWSER:
         shutil.copy(NOTEBOOKS_DIR / name, root / name)
     settings = {"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"}}  # every cell in the page
     with JupyterLab(root=root, settings=settings) as lab:
@@ -57,22 +62,33 @@ def page(jupyterlab):
         browser.close()
 
 
-STARTED = """() => { const ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)"; return [...document.querySelectorAll(ACTIVE + ' .jp-CodeCell .jp-InputArea-prompt')]
-    .some(p => /^\\[(\\*|\\d+)\\]:$/.test(p.textContent.trim())); }"""
+def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.5):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 def run_all_cells(page, lab: JupyterLab, notebook: str, screenshots: Path, timeout_s: float = 300) -> None:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page.goto(lab.url(notebook))
-    page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=60_000)
-    page.wait_for_selector("text=Idle >> visible=true", timeout=120_000)  # the kernel has started
-    for _ in range(3):  # a menu opened while the page is still settling can miss the click: try again
+    page.wait_for_selector(f"{ACTIVE} .jp-CodeCell", timeout=60_000)
+    wait_for(lambda: any(k["execution_state"] == "idle" for k in lab.kernels()), 120, "the notebook's kernel to be idle")
+    page.wait_for_selector("text=Idle >> visible=true", timeout=60_000)  # and the page knows it
+    for attempt in range(3):
         page.locator(".lm-MenuBar-item", has_text="Run").click()
         page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
-        try:
-            page.wait_for_function(STARTED, timeout=15_000, polling=500)
+        try:  # execution started: a prompt shows [*] or a number
+            page.wait_for_function(STARTED, timeout=30_000, polling=500)
             break
-        except Exception:
+        except PlaywrightTimeout:  # the menu was opened while the page still settled: close it and try again
             page.keyboard.press("Escape")
+            page.screenshot(path=str(screenshots / f"{Path(notebook).stem}-not-started-{attempt}.png"))
+    else:
+        raise AssertionError(f"Run All Cells never started on {notebook}")
     try:
         page.wait_for_function(ALL_CELLS_RAN, timeout=timeout_s * 1000, polling=1000)
     finally:
@@ -80,10 +96,21 @@ def run_all_cells(page, lab: JupyterLab, notebook: str, screenshots: Path, timeo
 
 
 def saved_outputs(page, root: Path, notebook: str) -> list[dict]:
+    """Save (Ctrl+S) and read the outputs back from the file, once the save has written them."""
+    path = root / notebook
+    before = path.stat().st_mtime_ns
     page.keyboard.press("Control+s")
-    page.wait_for_timeout(1500)
-    nb = json.loads((root / notebook).read_text())
-    return [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+
+    def written():
+        if path.stat().st_mtime_ns == before:
+            return None
+        try:
+            cells = json.loads(path.read_text())["cells"]
+        except json.JSONDecodeError:  # caught mid-write
+            return None
+        return [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])] or None
+
+    return wait_for(written, 30, f"{notebook} to be saved with its outputs")
 
 
 def test_quickstart_runs_every_cell_in_jupyterlab_without_an_error(jupyterlab, page, screenshots):
@@ -96,10 +123,10 @@ def test_quickstart_runs_every_cell_in_jupyterlab_without_an_error(jupyterlab, p
     assert any("all checks passed" in "".join(o.get("text", "")) for o in outputs), "the last cell's checks ran"
 
 
-def test_the_block_map_widget_redraws_when_the_block_size_moves(jupyterlab, page, screenshots):
+def test_block_hashing_runs_and_its_widget_redraws_the_block_map(jupyterlab, page, screenshots):
     lab, root = jupyterlab
     run_all_cells(page, lab, "02_block_hashing.ipynb", screenshots)
-    widget = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .widget-interact").last
+    widget = page.locator(f"{ACTIVE} .widget-interact").last
     widget.scroll_into_view_if_needed()
     block_map = widget.locator(".widget-output")
     before = block_map.inner_html()
@@ -112,4 +139,5 @@ def test_the_block_map_widget_redraws_when_the_block_size_moves(jupyterlab, page
     assert block_map.inner_html() != before and "block" in block_map.inner_text().lower()
     assert page.evaluate(ERRORS_SHOWN) == [], "a cell shows an error"
     outputs = saved_outputs(page, root, "02_block_hashing.ipynb")
+    assert not [o for o in outputs if o["output_type"] == "error"]
     assert any("all checks passed" in "".join(o.get("text", "")) for o in outputs), "the notebook's checks ran"

@@ -246,3 +246,18 @@ def test_random_operations_keep_the_contract(ops, num_blocks, block_size):
             assert block_id not in new_ids, "a referenced block is never handed out again"
             assert cache.blocks[block_id].block_hash == block_hash, "a referenced block is never evicted"
         check_invariants(cache)
+
+
+def test_replay_serves_one_request_at_a_time_and_counts_each_hit():
+    shared = list(range(100))
+    prompts = [shared + [500], shared + [501], [7] * 40, shared + [502]]
+    manual = PrefixCache(num_blocks=16, block_size=16)
+    expected = []
+    for i, ids in enumerate(prompts):
+        expected.append(manual.allocate(str(i), ids))
+        manual.free(str(i))
+    replayed = PrefixCache(num_blocks=16, block_size=16)
+    assert replayed.replay(prompts) == expected == [0, 96, 0, 96]
+    assert replayed.num_free_blocks == 16, "every request was freed"
+    with pytest.raises(ValueError, match="salts has 1 entries for 4 prompts"):
+        replayed.replay(prompts, salts=["a"])

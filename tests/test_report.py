@@ -108,7 +108,8 @@ def test_the_routing_section_comes_from_the_routing_results(results):
                                "fraction_of_ideal": [1.0, 0.95, 0.02]}), "09_routing-sim_sweep", env)
     save_results(pd.DataFrame([{"sent": 16, "failed": 3, "failed_sends_logged": 10}]), "09_routing-fault", env)
     save_results(pd.DataFrame({"policy": ["round_robin", "cache_aware"], "seconds": [4.9, 8.8]}), "09_routing-sim_timing", env)
-    save_results(pd.DataFrame({"run": ["cold, 1 in flight", "cold, 6 in flight"], "kv_aware hit rate": [0.62, 0.43], "cache_aware hit rate": [0.62, 0.74],
+    save_results(pd.DataFrame({"run": ["cold, 1 in flight", "cold, 6 in flight"], "kv_aware hit rate": [0.62, 0.43],
+                               "cache_aware hit rate": [0.62, 0.74],
                                "decisions": [16, 16], "credited nothing": [4, 10], "tenants": [4, 4]}),
                  "09_routing-kv_aware", env)
     text = results_section()

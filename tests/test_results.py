@@ -4,9 +4,12 @@ import pandas as pd
 import pytest
 
 from lab.experiments.results import (
+    CANONICAL_DIR,
     environment,
     hardware_line,
     load_latest,
+    load_latest_or_canonical,
+    promote,
     save_results,
 )
 from lab.serving.backend import backend, vllm_distribution, vllm_version
@@ -55,3 +58,29 @@ def test_the_latest_run_is_found_by_its_run_id_not_by_file_times(results_dir):
     for path in results_dir.iterdir():
         os.utime(path, (0, 0))  # as a fresh clone leaves them: all alike
     assert load_latest("demo")[0]["x"].tolist() == [3]
+
+
+def test_promote_keeps_one_run_per_name_and_replaces_the_older_one(results_dir, tmp_path_factory):
+    canonical = tmp_path_factory.mktemp("canonical")
+    env = environment()
+    save_results(pd.DataFrame({"x": [1]}), "demo", env)
+    save_results(pd.DataFrame({"x": [2]}), "demo", env)
+    save_results(pd.DataFrame({"y": [9]}), "demo-other", env)  # a name that starts like another
+    promote(results_dir, canonical)
+    assert sorted(p.stem.split("-2")[0] for p in canonical.glob("*.csv")) == ["demo", "demo-other"]
+    assert load_latest("demo", canonical)[0]["x"].tolist() == [2]
+    save_results(pd.DataFrame({"x": [3]}), "demo", env)
+    promote(results_dir, canonical)
+    assert len(list(canonical.glob("*.csv"))) == 2 and load_latest("demo", canonical)[0]["x"].tolist() == [3]
+
+
+def test_every_canonical_result_is_one_run_per_name_with_its_provenance():
+    names = [json.loads(p.read_text())["name"] for p in CANONICAL_DIR.glob("*.json")]
+    assert names and len(names) == len(set(names)) == len(list(CANONICAL_DIR.glob("*.csv")))
+
+
+def test_without_a_run_here_the_canonical_run_is_read(results_dir):
+    df, meta = load_latest_or_canonical("10_capacity-gain")
+    assert meta["name"] == "10_capacity-gain" and len(df) > 0
+    with pytest.raises(FileNotFoundError, match="no results named 'nothing'"):
+        load_latest_or_canonical("nothing")

@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", type=int, default=4)
     parser.add_argument("--confirm", type=int, default=32, help="prompts run on the real engine (0: none)")
     parser.add_argument("--skip-bad", action="store_true", help="skip and count bad lines instead of stopping")
-    parser.add_argument("--out", help="report folder (default: figures/)")
+    parser.add_argument("--out", help="report folder (default: runs/audit/)")
     args = parser.parse_args(argv)
     try:
         result = audit(args.prompts, model=args.model, kv_tokens=args.kv_tokens, block_sizes=args.block_sizes,

@@ -10,20 +10,11 @@ import pandas as pd
 
 
 def gain_curve() -> tuple[pd.DataFrame, dict]:
-    """The lab's measured throughput gain and TTFT change against the token hit rate: notebook 10's latest
-    results, from the results folder in use, else from the project's committed data/results/."""
-    from lab import PROJECT_ROOT
-    from lab.experiments.results import load_latest
+    """The lab's measured throughput gain and TTFT change against the token hit rate: notebook 10's newest
+    results in the results folder in use, else the committed canonical run."""
+    from lab.experiments.results import load_latest_or_canonical
 
-    try:
-        return load_latest("10_capacity-gain")
-    except FileNotFoundError:
-        pass
-    try:
-        return load_latest("10_capacity-gain", PROJECT_ROOT / "data" / "results")
-    except FileNotFoundError as error:
-        raise FileNotFoundError("no 10_capacity-gain results to project from: run notebooks/10_capacity.ipynb "
-                                "(make run) first") from error
+    return load_latest_or_canonical("10_capacity-gain")
 
 
 def project(hit_rate: float, curve: pd.DataFrame) -> dict:

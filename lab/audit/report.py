@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import html
 import json
-from datetime import datetime, timezone
+import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 import plotly.express as px
 
+from lab import PROJECT_ROOT
 from lab.audit.core import AuditResult
-from lab.experiments.plots import figures_dir
 from lab.experiments.results import write_atomically
 
 
@@ -53,11 +54,16 @@ def to_html(result: AuditResult) -> str:
         "\n".join(parts) + "</body></html>\n"
 
 
+def audit_dir() -> Path:
+    """Where reports go by default: runs/audit/ in the project (ignored by git), or LAB_AUDIT_DIR."""
+    return Path(os.environ.get("LAB_AUDIT_DIR", PROJECT_ROOT / "runs" / "audit"))
+
+
 def write_report(result: AuditResult, out_dir: str | Path | None = None) -> list[Path]:
     """Write `audit-<file>-<UTC time>.html` and `.json` under `out_dir` (default: figures/)."""
-    out = Path(out_dir) if out_dir else figures_dir()
+    out = Path(out_dir) if out_dir else audit_dir()
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"audit-{Path(result.summary['file']).stem}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}"
+    stem = f"audit-{Path(result.summary['file']).stem}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
     page, summary = out / f"{stem}.html", out / f"{stem}.json"
     write_atomically(page, to_html(result))
     write_atomically(summary, json.dumps(result.summary, indent=1, default=str) + "\n")

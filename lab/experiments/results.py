@@ -1,5 +1,10 @@
 """Results files with their provenance: the machine and versions beside every table, written atomically,
-never over an earlier run."""
+never over an earlier run.
+
+A run writes under data/results/ (ignored by git). One run per result name, the one the README cites, is
+kept in data/reference/results/ (committed): `python -m lab.experiments.results --promote` (`make promote`)
+copies the newest of each name there, replacing the one it held.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ import pandas as pd
 
 from lab import PROJECT_ROOT
 from lab.serving.backend import hardware
+
+CANONICAL_DIR = PROJECT_ROOT / "data" / "reference" / "results"
 
 
 def results_dir() -> Path:
@@ -84,3 +91,43 @@ def load_latest(name: str, directory: Path | None = None) -> tuple[pd.DataFrame,
     latest = candidates[-1]
     meta = json.loads(latest.with_suffix(".json").read_text())
     return pd.read_csv(latest), meta
+
+
+def load_latest_or_canonical(name: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The newest run of `name` in the results folder in use, else the committed canonical one."""
+    try:
+        return load_latest(name)
+    except FileNotFoundError:
+        pass
+    try:
+        return load_latest(name, CANONICAL_DIR)
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"no results named {name!r} under {results_dir()} or {CANONICAL_DIR}; run the "
+                                "notebook or `make run` first") from error
+
+
+def promote(source: Path | None = None, canonical: Path = CANONICAL_DIR) -> list[Path]:
+    """Copy the newest run of each result name in `source` (default results_dir()) into `canonical`, removing
+    the run of that name it held; returns the CSVs copied."""
+    source = source or results_dir()
+    newest: dict[str, Path] = {}
+    for csv in sorted(source.glob("*.csv"), key=_run_order):
+        newest[json.loads(csv.with_suffix(".json").read_text())["name"]] = csv
+    canonical.mkdir(parents=True, exist_ok=True)
+    for name, csv in newest.items():
+        for old in canonical.glob(f"{name}-*.csv"):
+            if json.loads(old.with_suffix(".json").read_text())["name"] == name:
+                old.unlink()
+                old.with_suffix(".json").unlink()
+        for suffix in (".csv", ".json"):
+            write_atomically(canonical / csv.with_suffix(suffix).name, csv.with_suffix(suffix).read_text())
+    return [canonical / csv.name for csv in newest.values()]
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--promote"]:
+        raise SystemExit("usage: python -m lab.experiments.results --promote")
+    for path in promote():
+        print(f"canonical: {path.relative_to(PROJECT_ROOT)}")

@@ -14,6 +14,7 @@ import os
 import secrets
 import sys
 import tempfile
+import urllib.request
 import webbrowser
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,10 @@ def jupyter_executable() -> str:
                             "jupyterlab from requirements.txt)")
 
 
+# no "receive official Jupyter news?" toast: it covers the page a learner (or a browser test) works in
+NO_NEWS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+
+
 @dataclass
 class JupyterLab:
     root: str | Path = PROJECT_ROOT / "notebooks"
@@ -51,7 +56,8 @@ class JupyterLab:
             raise OSError(f"port {self.port} is already in use (another JupyterLab?): choose another with "
                           "LAB_PORT=NNNN, or leave it unset for a free one")
         self.managed: ManagedProcess | None = None
-        self.settings_dir = Path(tempfile.mkdtemp(prefix="jupyterlab-settings-")) if self.settings else None
+        self.settings = NO_NEWS | self.settings
+        self.settings_dir = Path(tempfile.mkdtemp(prefix="jupyterlab-settings-"))
         for plugin, values in self.settings.items():
             package, name = plugin.split(":")
             path = self.settings_dir / package / f"{name}.jupyterlab-settings"
@@ -71,7 +77,7 @@ class JupyterLab:
         return [jupyter_executable(), "lab", str(self.root), f"--ServerApp.ip={self.host}", f"--ServerApp.port={self.port}",
                 "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}", "--ServerApp.open_browser=False",
                 "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", *allow_root,
-                *([f"--LabApp.user_settings_dir={self.settings_dir}"] if self.settings_dir else [])]
+                f"--LabApp.user_settings_dir={self.settings_dir}"]
 
     @property
     def process(self):
@@ -80,6 +86,11 @@ class JupyterLab:
     @property
     def log_path(self):
         return self.managed.log_path if self.managed else None
+
+    def kernels(self) -> list[dict]:
+        """The running kernels, each with its `execution_state` ('starting', 'idle', 'busy')."""
+        with urllib.request.urlopen(f"{self.base}/api/kernels?token={self.token}", timeout=10) as response:
+            return json.loads(response.read())
 
     def start(self, timeout_s: float = 120.0) -> JupyterLab:
         self.port = self.port or free_port(self.host)

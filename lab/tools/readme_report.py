@@ -21,7 +21,8 @@ START, END = "<!-- results:start -->", "<!-- results:end -->"
 LABELS = {
     "mean_ttft_ms": "mean TTFT (ms)", "p50_ttft_ms": "p50 TTFT (ms)", "p99_ttft_ms": "p99 TTFT (ms)",
     "mean_preprocess_ms": "mean wait before the engine (ms)", "mean_queue_ms": "mean queueing (ms)",
-    "mean_prefill_ms": "mean prefill (ms)", "offered_rate_per_s": "arrival rate offered (req/s)", "requests_per_s": "requests/s", "hit_rate": "token hit rate",
+    "mean_prefill_ms": "mean prefill (ms)", "offered_rate_per_s": "arrival rate offered (req/s)", "requests_per_s": "requests/s",
+    "hit_rate": "token hit rate",
     "peak_kv_blocks": "peak KV blocks in use", "peak_process_gib": "peak process memory (GiB)",
 }
 
