@@ -64,13 +64,20 @@ def run_workload(
         raise ValueError("prompts is empty: pass a non-empty list of prompts (e.g. load_workload(...).prompts)")
     arrivals = arrival_times(len(prompts), mode, rate, seed)
     token_ids = check_prompts(llm, prompts, max_tokens)  # every prompt is checked before any is sent
+    preempted_before = preemptions(llm)
     outputs, submitted, sent, peak_blocks, peak_memory, usable = _drive(
         llm, token_ids, arrivals, max_tokens, progress, one_at_a_time=mode == "sequential")
     rows = [_row(i, out, submitted[i]) | {"sent_s": sent[i]} for i, out in enumerate(outputs)]
     df = pd.DataFrame(rows)
     df.attrs = {"mode": mode, "rate": rate, "max_tokens": max_tokens, "peak_kv_blocks": peak_blocks,
-                "kv_blocks": usable, "peak_process_gib": round(peak_memory, 3)}
+                "kv_blocks": usable, "peak_process_gib": round(peak_memory, 3),
+                "preemptions": preemptions(llm) - preempted_before}
     return df
+
+
+def preemptions(llm) -> int:
+    """vLLM's count of requests preempted so far (their KV freed under memory pressure, recomputed later)."""
+    return int(sum(m.value for m in llm.get_metrics() if m.name == "vllm:num_preemptions"))
 
 
 def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time):

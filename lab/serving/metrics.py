@@ -10,10 +10,10 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 
 
-def read_metrics(url: str) -> dict[str, float]:
-    """GET `url` (a server's /metrics) and parse it."""
+def metrics_text(url: str) -> str:
+    """GET `url` (a server's /metrics): Prometheus text."""
     with urllib.request.urlopen(url, timeout=10) as response:
-        return parse_metrics(response.read().decode())
+        return response.read().decode()
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -29,9 +29,9 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 @contextlib.contextmanager
 def scraping(server, names: Sequence[str], interval_s: float = 0.1) -> Iterator[list[dict]]:
-    """Scrape `/metrics` every `interval_s` from a background thread while the block runs. Yields the list
-    it fills: one row per scrape, `seconds` since the start and the value of each of `names`; the last row
-    is taken after the block ends."""
+    """Scrape `server`'s `/metrics` (anything with a `.metrics()`) every `interval_s` from a background thread
+    while the block runs. Yields the list it fills: one row per scrape, `seconds` since the start and the value
+    of each of `names`. The first row is taken before the block starts, the last after it ends."""
     if not interval_s > 0:
         raise ValueError(f"interval_s={interval_s!r}: use a positive number of seconds between scrapes")
     rows: list[dict] = []
@@ -43,10 +43,10 @@ def scraping(server, names: Sequence[str], interval_s: float = 0.1) -> Iterator[
         rows.append({"seconds": time.perf_counter() - start} | {n: values.get(n, float("nan")) for n in names})
 
     def loop() -> None:
-        while not stop.is_set():
+        while not stop.wait(interval_s):
             scrape()
-            stop.wait(interval_s)
 
+    scrape()
     thread = threading.Thread(target=loop, name="metrics-scraper", daemon=True)
     thread.start()
     try:

@@ -21,7 +21,7 @@ from typing import Any
 from lab.serving.backend import vllm_distribution
 from lab.serving.client import openai_client
 from lab.serving.engine_settings import EngineSettings, engine_settings
-from lab.serving.metrics import read_metrics
+from lab.serving.metrics import metrics_text, parse_metrics
 from lab.serving.processes import ManagedProcess, answers, free_port
 
 SERVED_MODEL_NAME = "lab-model"
@@ -127,8 +127,11 @@ class VLLMServer:
             if response.status != 200:
                 raise RuntimeError(f"POST /reset_prefix_cache answered {response.status}")
 
+    def metrics_text(self) -> str:
+        return metrics_text(f"{self.url}/metrics")
+
     def metrics(self) -> dict[str, float]:
-        return read_metrics(f"{self.url}/metrics")
+        return parse_metrics(self.metrics_text())
 
     def __enter__(self) -> VLLMServer:
         return self.start()
