@@ -16,7 +16,7 @@ export BROWSER_PATH ?= $(shell command -v chromium || command -v chromium-browse
 
 setup: $(STAMP) $(MODEL)
 
-$(STAMP): requirements.txt requirements-$(VLLM_FLAVOUR).txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-$(VLLM_FLAVOUR).txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@# (byte-compiled at install: with PYTHONDONTWRITEBYTECODE set, as here, nothing is cached later)
 	$(BIN)/pip install --quiet -r requirements-$(VLLM_FLAVOUR).txt
@@ -39,8 +39,19 @@ run: setup
 promote: setup
 	$(BIN)/python -m lab.experiments.results --promote
 
-test: setup
-	$(BIN)/python -m pytest
+# Everything (ruff; unit, parity, notebooks via nbval, browser, workshop), two test files at a time (one per
+# core), with line coverage of lab/ in the pytest processes. `make test-fast`: what needs no engine or server.
+PYTEST_PARALLEL ?= -n 2 --dist loadfile
+COVERAGE_MIN ?= 0
+
+test: setup lint
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --cov=lab --cov-report=term --cov-fail-under=$(COVERAGE_MIN)
+
+test-fast: setup lint
+	$(BIN)/python -m pytest -m "not engine" -n 2
+
+lint: setup
+	$(BIN)/ruff check .
 
 lab: setup
 	@# its own free port (LAB_PORT=NNNN to choose one) and a fresh token; says what to do if it cannot start

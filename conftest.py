@@ -4,6 +4,8 @@ figures/, data/results/ and runs/audit/, which hold the outputs of `make run`; a
 import os
 import tempfile
 
+import pytest
+
 import lab
 
 lab.setup()  # what a notebook's first cell does: vLLM's environment, before any test imports vllm
@@ -27,3 +29,10 @@ def pytest_ignore_collect(collection_path, config):
 
         return find_chrome() is not None or None
     return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every notebook cell nbval runs needs the engine."""
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.engine)

@@ -1,6 +1,21 @@
-"""Test-wide fixtures (the scratch folders for figures and results are set in the root conftest.py)."""
+"""Test-wide fixtures and the `engine` marker (the scratch folders for figures and results are set in the root
+conftest.py).
+
+`make test-fast` runs what needs no engine: every test is marked `engine` that starts vLLM, a server, the
+router or JupyterLab, whether through the `engines` fixture (found here), its module (ENGINE_MODULES) or its
+own `@pytest.mark.engine`. nbval's notebook cells are marked in the root conftest.py.
+"""
 
 import pytest
+
+ENGINE_MODULES = {"test_browser", "test_parity_vllm", "test_server", "test_serving_bench", "test_vllm_internals",
+                  "test_workshop", "test_runner"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "engines" in getattr(item, "fixturenames", ()) or item.path.stem in ENGINE_MODULES:
+            item.add_marker(pytest.mark.engine)
 
 
 @pytest.fixture(scope="session")

@@ -78,6 +78,7 @@ def test_interval_brackets_the_mean_and_narrows_with_agreement():
         ratio_interval([1.0])
 
 
+@pytest.mark.engine
 def test_zero_hit_runs_alternate_and_share_nothing():
     from lab.core.model import ensure_model
 

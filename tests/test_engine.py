@@ -54,6 +54,7 @@ def test_an_accepted_block_size_reaches_both_renderings(name, accepted, on_backe
         assert settings.server_args()[settings.server_args().index("--block-size") + 1] == str(size)
 
 
+@pytest.mark.engine
 def test_the_lab_precheck_agrees_with_vllm_on_this_backend():
     """block_size=16 is vLLM's CUDA default and rejected by its CPU back-end: vLLM itself, started without
     the lab's check, must agree with the check."""
@@ -73,6 +74,7 @@ def test_the_lab_precheck_agrees_with_vllm_on_this_backend():
         assert vllm_internals.block_size(llm) == 16
 
 
+@pytest.mark.engine
 def test_vllm_caches_prefixes_by_default():
     """The article says to pass --enable-prefix-caching; in vLLM's V1 engine caching is on unless turned off."""
     settings = dataclasses.replace(engine_settings(None, block_size=32, max_model_len=1024), enable_prefix_caching=None)
@@ -190,6 +192,7 @@ def test_cache_salt_isolates_prefixes(llm):
     assert generate(llm, [SHARED + " How?"], cache_salt="tenant-a")[0].num_cached_tokens > 0
 
 
+@pytest.mark.engine
 def test_start_up_output_goes_to_the_log_and_comes_back_on_failure(tmp_path, capfd):
     log = tmp_path / "start.log"
     with start_up_output_to(log):

@@ -62,7 +62,8 @@ def test_bad_input_is_rejected_before_anything_is_rendered(tmp_path):
 
 
 def test_importing_the_lab_changes_nothing_in_the_process():
-    code = ("import os, warnings; before = dict(os.environ), list(warnings.filters)\n"
+    code = ("import os, warnings, numpy, pandas, plotly, torch, transformers, papermill  # their own filters\n"
+            "before = dict(os.environ), list(warnings.filters)\n"
             "import lab, lab.experiments.measure, lab.experiments.plots, lab.serving.engine, lab.audit, lab.tools.runner\n"
             "print(dict(os.environ) == before[0], list(warnings.filters) == before[1])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -25,6 +25,7 @@ def group_alive(pgid: int) -> bool:
         return False
 
 
+@pytest.mark.engine
 def test_two_replicas_behind_the_router_serve_count_and_stop_clean():
     records = load_workload("tenants", count=8).records
     with Fleet(replicas=2, policy="round_robin", engine_args={"max_model_len": 4096}) as fleet:
@@ -55,8 +56,8 @@ def test_two_replicas_behind_the_router_serve_count_and_stop_clean():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"policy": "least_busy"}, r"policy='least_busy': vllm-router's policies are random, round_robin, cache_aware"),
-    ({"replicas": 0}, r"replicas=0: use a positive number"),
-    ({"kv_blocks": 0}, r"kv_blocks=0: use a positive number"),
+    ({"replicas": 0}, r"replicas=0 must be a positive number"),
+    ({"kv_blocks": 0}, r"kv_blocks=0 must be a positive number"),
     ({"kv_blocks": 10, "block_size": 32}, r"kv_blocks=10 x block_size=32 = 320 tokens cannot hold one prompt of "
                                          r"max_model_len=4096: use kv_blocks >= 128"),
 ])

@@ -62,7 +62,7 @@ def test_every_request_is_served_once_and_loads_add_up(policy, replicas, concurr
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"replicas": 0, "policy": "random"}, r"replicas=0: use a positive number"),
+    ({"replicas": 0, "policy": "random"}, r"replicas=0 must be a positive number"),
     ({"replicas": 2, "policy": "kv_aware"}, r"policy='kv_aware': the simulator has random, round_robin"),
 ])
 def test_bad_fleets_are_named(kwargs, message):

@@ -1,11 +1,31 @@
+"""The README's Results section: its numbers come from the results files, its tables are those numbers, and it
+is written only between its markers. The tests read numbers and tables, not sentences: the wording lives in
+lab/tools/templates/results.md.j2 and may change freely."""
+
+import re
+
 import pandas as pd
 import pytest
 
 import lab.tools.readme_report
 from lab.core.model import ensure_model
+from lab.experiments import article
 from lab.experiments.block_sizes import recommend_block_size
 from lab.experiments.results import environment, save_results
-from lab.tools.readme_report import results_section, update_readme
+from lab.tools.readme_report import results_context, results_section, update_readme
+
+
+def tables(text: str) -> list[pd.DataFrame]:
+    """Every markdown table in `text`, as strings."""
+    found = []
+    for block in re.findall(r"(?:^\|.*\|\n?)+", text, flags=re.M):
+        rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in block.strip().splitlines()]
+        found.append(pd.DataFrame(rows[2:], columns=rows[0]))
+    return found
+
+
+def row(table: pd.DataFrame, first: str) -> list[str]:
+    return table[table.iloc[:, 0] == first].iloc[0, 1:].tolist()
 
 
 def test_recommendation_is_the_lowest_ttft_and_the_larger_size_on_a_tie():
@@ -29,19 +49,25 @@ def results(tmp_path, monkeypatch):
                  "03_block_size_sweep-vllm", env)
 
 
-def test_results_section_shows_ours_beside_the_articles(results):
-    text = results_section()
-    assert "| mean TTFT (ms) | 200 | 100 | -50% | 2,350 | 1,270 | -46% |" in text
-    assert "| requests/s | 10 | 15 | +50% | 12.5 | 22.8 | +82% |" in text
-    assert "1 / (1 - 0.500) = 2.00x" in text and "**64**" in text
+def test_the_offline_table_shows_ours_beside_the_articles(results):
+    offline = tables(results_section())[0]
+    assert list(offline.columns) == ["metric", "cache off", "cache on", "change", "article off", "article on",
+                                     "article change"]
+    assert row(offline, "mean TTFT (ms)") == ["200", "100", "-50%", "2,350", "1,270", "-46%"]
+    assert row(offline, "requests/s") == ["10", "15", "+50%", "12.5", "22.8", "+82%"]
+    assert row(offline, "token hit rate") == ["0", "0.5", "", "", "", ""]
 
 
-def test_the_prose_follows_the_numbers(results):
+def test_the_numbers_the_prose_uses(results):
+    context = results_context()
+    assert context["gain"] == pytest.approx(1.5) and context["hit_rate"] == 0.5 and context["bound"] == pytest.approx(2.0)
+    assert context["article_gain"] == pytest.approx(22.8 / 12.5, rel=1e-3)
+    assert context["online"]["share_of_offline"] == pytest.approx(0.8), "8 of the 10 requests/s measured without cache"
+    assert context["block_sizes"] == {"a": 64}
+    assert "`tiny` preset" in context["model"] and context["capacity"] is None and context["routing"] is None
     text = results_section()
-    assert "Throughput rose 1.50x" in text and "is 75% of the bound" in text
-    assert "The article's gain, 1.82x, is smaller" not in text and "1.82x, is larger" in text
-    assert "80% of the no-cache offline throughput" in text, "8 of the 10 requests/s measured without cache"
-    assert "the lab's `tiny` preset (" in text and " M parameters, float32)" in text
+    for number in ("1.50", "2.00", "1.82", "**64**"):
+        assert number in text
 
 
 def test_readme_is_rewritten_only_between_the_markers(results, tmp_path, monkeypatch):
@@ -53,8 +79,7 @@ def test_readme_is_rewritten_only_between_the_markers(results, tmp_path, monkeyp
     assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text and "| mean TTFT" in text
 
 
-def test_the_capacity_rows_come_from_the_capacity_results(results):
-    assert "gain as a function of the hit rate" not in results_section(), "nothing before 10_capacity has run"
+def test_the_capacity_section_comes_from_the_capacity_results(results):
     env = environment(notebook="10_capacity", gain_prompts=8, prompt_tokens=512, block_size=32, rates=[4, 16],
                       seconds_per_rate=1.5, target_factor=3, zero_hit_pairs=2, zero_hit_prompts=8,
                       article_1000_hit_rate=0.845)
@@ -69,20 +94,20 @@ def test_the_capacity_rows_come_from_the_capacity_results(results):
                                "request_rate": [4, 16] * 2, "p99_ttft_ms": [200, 900, 100, 250]}), "10_capacity-sweep", env)
     save_results(pd.DataFrame({"pair": [0, 0], "caching": ["off", "on"], "ratio": [0.99] * 2, "low": [0.95] * 2,
                                "high": [1.03] * 2}), "10_capacity-zero_hit", env)
-    text = results_section()
-    assert "| 0.9 | 0.8 | 5 | 3 | -60% |" in text
-    assert "token hit rate of 0.46-0.66" in text and "0.84 for `article_1000`" in text
-    assert "| custom | 300 | 4-16 | >= 16 | 4.00x | 0.7 | 3.33 |" in text
-    assert "on / off 0.990, 95% interval 0.950-1.030: not distinguishable from noise" in text
+    capacity = results_context()["capacity"]
+    assert (capacity["implied_low"], capacity["implied_high"]) == (0.46, 0.66)
+    assert (capacity["zero_ratio"], capacity["zero_low"], capacity["zero_high"]) == (0.99, 0.95, 1.03)
+    curve, cap = tables(results_section())[2:4]
+    assert row(curve, "0.9") == ["0.8", "5", "3", "-60%"]
+    assert row(cap, "custom") == ["300", "4-16", ">= 16", "4.00x", "0.7", "3.33"], "met at 4, missed at 16; on never missed"
+    assert "figures/10_capacity-gain_vs_hit_rate.png" in results_section()
 
 
 def test_the_verdict_table_counts_the_ledger(results):
-    from lab.experiments import article
-
-    text = results_section()
+    verdicts = tables(results_section())[-1].set_index("verdict")
     counts = article.claims().verdict.value_counts()
-    for verdict in article.VERDICTS:
-        assert f"| {verdict} | {counts.get(verdict, 0)} | " in text
+    assert {v: int(verdicts.loc[v, "claims"]) for v in article.VERDICTS} == {v: counts.get(v, 0) for v in article.VERDICTS}
+    assert sum(int(n) for n in verdicts.claims) == len(article.claims())
 
 
 def test_the_online_rate_is_the_one_the_arrivals_delivered(results):
@@ -91,9 +116,10 @@ def test_the_online_rate_is_the_one_the_arrivals_delivered(results):
     online = pd.DataFrame({"metric": ["mean_ttft_ms", "offered_rate_per_s"], "cache off": [20.0, 7.0],
                            "cache on": [10.0, 7.0], "change_%": [-50.0, 0.0]})
     save_results(online, "04_cache_on_vs_off-online", env)
-    text = results_section()
-    assert "delivering 7.00 requests/s (planned mean 8.0), 70% of the no-cache offline throughput" in text
-    assert "| arrival rate offered (req/s) | 7 | 7 |" in text
+    context = results_context()["online"]
+    assert context["offered"] and (context["rate"], context["planned"]) == (7.0, 8.0)
+    assert context["share_of_offline"] == pytest.approx(0.7)
+    assert row(tables(results_section())[1], "arrival rate offered (req/s)") == ["7", "7", "+0%"]
 
 
 def test_the_routing_section_comes_from_the_routing_results(results):
@@ -112,18 +138,19 @@ def test_the_routing_section_comes_from_the_routing_results(results):
                                "cache_aware hit rate": [0.62, 0.74],
                                "decisions": [16, 16], "credited nothing": [4, 10], "tenants": [4, 4]}),
                  "09_routing-kv_aware", env)
-    text = results_section()
-    assert "cold, 6 in flight, 10 of 16 decisions credited nothing (4 tenants), hit rate 0.430 vs cache_aware 0.740" in text
-    assert "10,000 requests over 64 simulated replicas took 14 s for all 2 policies (round_robin 4.9 s" in text
-    assert "| cache_aware | 0.82 | 526 | 1,513 | 13/11 | 1.08 |" in text
-    assert "sim - real round_robin +0.042" in text and "cache_aware 0.95, round_robin 0.02" in text
-    assert "16 requests sent, 13 answered, 3 failed" in text
+    routing = results_context()["routing"]
+    assert routing["fault"] == {"sent": 16, "answered": 13, "failed": 3, "logged": 10}
+    assert routing["timing_total"] == pytest.approx(13.7) and routing["largest"] == 64
+    assert routing["kept"] == [("cache_aware", 0.95), ("round_robin", 0.02)] and routing["agreement"] == [("round_robin", 0.042)]
+    assert routing["kv"][1] == {"run": "cold, 6 in flight", "nothing": 10, "decisions": 16, "tenants": 4,
+                                "kv_rate": 0.43, "cache_rate": 0.74}
+    policies = tables(results_section())[2]
+    assert row(policies, "cache_aware") == ["0.82", "526", "1,513", "13/11", "1.08"]
+    assert "figures/09_routing-hit_rate.png" in results_section()
 
 
 def test_the_audit_section_comes_from_the_audit_results(results):
-    from lab.tools.readme_report import audit_section
-
-    assert audit_section() == [], "nothing before notebook 11 has run"
+    assert results_context()["audit"] is None, "nothing before notebook 11 has run"
     env = environment(notebook="11_your_workload")
     save_results(pd.DataFrame([
         {"workload": "customer_service", "prompts": 300, "recommended_block_size": 32, "hit_rate": 0.675,
@@ -133,8 +160,11 @@ def test_the_audit_section_comes_from_the_audit_results(results):
          "hit_rate_after_moving_fields": 0.86, "fields": "Current time: + Request id:"}]), "11_your_workload-audit", env)
     save_results(pd.DataFrame({"section": ["read and tokenize", "hit rates"], "seconds": [100.0, 50.0]}),
                  "11_your_workload-scale", environment(prompts=100000, mean_prompt_tokens=1017.0))
-    text = "\n".join(audit_section())
-    assert "300 prompts reach a token hit rate of 67.5% at block size 32 (radix tree 68.8%)" in text
-    assert "x2.92 throughput, the engine measured x2.14" in text
-    assert "Current time: + Request id: in front: 0.0%, and 86.0%" in text
-    assert "100,000 prompts of about 1017 tokens audited in 150 s (read and tokenize 100 s, hit rates 50 s)" in text
+    audit = results_context()["audit"]
+    assert audit["bot"] | {"policy": None} == {"prompts": 300, "hit_rate": 0.675, "block_size": 32, "radix_hit_rate": 0.688,
+                                               "projected": 2.92, "measured": 2.14, "policy": None, "salted": 0.31}
+    assert audit["stamped"] == {"fields": "Current time: + Request id:", "hit_rate": 0.0, "after": 0.86}
+    assert audit["scale"]["total"] == 150 and audit["scale"]["prompts"] == 100000
+    text = results_section()
+    for number in ("67.5%", "68.8%", "x2.92", "x2.14", "86.0%", "100,000", "150 s"):
+        assert number in text
