@@ -41,30 +41,33 @@ def timestamp_audit(tmp_path_factory):
 
 
 def test_a_leading_timestamp_is_named_and_moving_it_is_measured(timestamp_audit, tok):
-    s = timestamp_audit.summary
-    field = timestamp_audit.fields[0]
+    result = timestamp_audit
+    field = result.fields[0]
     assert field.label == "Current time:" and field.kind == "timestamp" and field.prompts == 60
-    assert field.median_token_position < 0.1 * s["prompt_tokens"]["mean"], "the divergence is at the front"
-    assert s["hit_rate_by_block_size"][s["recommended_block_size"]] < 0.05, "as written, nothing is shared"
+    assert field.median_token_position < 0.1 * result.prompt_tokens.mean, "the divergence is at the front"
+    assert result.hit_rate_by_block_size[result.recommended_block_size] < 0.05, "as written, nothing is shared"
     moved = [f"You are a support assistant.\n{SHARED}\nQuestion: " + timestamped(i).split("Question: ")[1]
              + "\n" + timestamped(i).split("\n")[0] for i in range(60)]
     assert moved[0] == move_line_to_end(timestamped(0), "Current time:")
-    replayed = replay_hit_rate(tok(moved)["input_ids"], s["recommended_block_size"], 40_000)
+    replayed = replay_hit_rate(tok(moved)["input_ids"], result.recommended_block_size, 40_000)
     assert field.hit_rate_after == replayed > 0.8, "the rewritten hit rate is a replay of the rewritten prompts"
 
 
 def test_the_summary_hit_rates_are_prefix_cache_replays(timestamp_audit, tok, tmp_path):
-    s = timestamp_audit.summary
+    result = timestamp_audit
     prompts = [timestamped(i) for i in range(60)]
     ids = tok(prompts)["input_ids"]
-    assert s["hit_rate_by_block_size"] == {size: replay_hit_rate(ids, size, 40_000) for size in (32, 64, 128)}
-    assert s["tenant_salt"]["tenants"] == 3 and s["tenant_salt"]["hit_rate_salted"] <= s["tenant_salt"]["hit_rate_shared"]
-    assert s["projection"]["note"].startswith("a projection") and s["projection"]["source"].startswith("10_capacity-gain")
-    assert {r["policy"] for r in s["fleet"]["policies"]} >= {"round_robin", "consistent_hash"}
+    assert result.hit_rate_by_block_size == {size: replay_hit_rate(ids, size, 40_000) for size in (32, 64, 128)}
+    assert result.tenant_salt.tenants == 3 and result.tenant_salt.hit_rate_salted <= result.tenant_salt.hit_rate_shared
+    assert result.curve_run.startswith("10_capacity-gain") and result.confirmation is None
+    assert set(result.fleet.policies.policy) >= {"round_robin", "consistent_hash"}
+    assert result.fleet.recommended_policy in set(result.fleet.policies.policy)
     page, summary = write_report(timestamp_audit, tmp_path)
     text = page.read_text()
     assert "Current time:" in text and "<script src=\"http" not in text, "the page is self-contained"
-    assert json.loads(summary.read_text())["prompts"] == 60
+    saved = json.loads(summary.read_text())
+    assert saved["prompts"] == 60 and saved["fields"][0]["label"] == "Current time:"
+    assert saved["hit_rate_by_block_size"] == {str(k): v for k, v in result.hit_rate_by_block_size.items()}
     assert write_report(timestamp_audit, tmp_path)[0] != page, "a second report never overwrites the first"
 
 
@@ -74,8 +77,8 @@ def test_prompts_that_share_their_start_have_no_field_to_move(tmp_path):
     path = write_jsonl(tmp_path / "shared.jsonl",
                        [{"prompt": f"{SHARED}\nQuestion {i}: {text_of_tokens(rng, 30, 'all')}"} for i in range(12)])
     result = audit(path, confirm=0, replicas=2, block_sizes=[32], progress=False)
-    assert result.fields == [] and result.summary["divergence"]["median_shared_fraction"] > 0.8
-    assert result.summary["confirmation"] is None and result.summary["hit_rate_by_block_size"][32] > 0.5
+    assert result.fields == [] and result.divergence.median_shared_fraction > 0.8
+    assert result.confirmation is None and result.hit_rate_by_block_size[32] > 0.5
 
 
 def test_values_are_named_by_what_they_look_like():

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     except (AuditInputError, ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(terminal_summary(result.summary))
+    print(terminal_summary(result))
     for written in write_report(result, args.out):
         print(f"wrote {written}")
     return 0

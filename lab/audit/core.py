@@ -1,7 +1,7 @@
 """Audit your own prompts: what prefix caching will do for them, what breaks their sharing, and what to change.
 
-    python -m lab.audit prompts.jsonl --replicas 4          # terminal summary, HTML + JSON report in figures/
-    result = audit("prompts.jsonl", replicas=4)             # the same from a notebook: result.summary, ...
+    python -m lab.audit prompts.jsonl --replicas 4          # terminal summary, HTML + JSON report in runs/audit/
+    result = audit("prompts.jsonl", replicas=4)             # the same from a notebook: result.hit_rates, ...
 
 PROMPTS is JSONL: one request per line, `{"prompt": "..."}` or `{"messages": [...]}` (rendered with the
 model's chat template), optionally with `arrival_s` (seconds; requests are replayed in that order) and
@@ -14,6 +14,7 @@ real engine confirms it on a sample.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,9 +22,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.audit.fields import Field, breaking_fields, where_prompts_diverge
-from lab.audit.fleet import fleet_policies, salt_cost
-from lab.audit.projection import confirm_on_engine, gain_curve, project
+from lab.audit.fields import Divergence, Field, breaking_fields, where_prompts_diverge
+from lab.audit.fleet import FleetAdvice, SaltCost, fleet_policies, salt_cost
+from lab.audit.projection import Confirmation, Projection, confirm_on_engine, gain_curve, project
 from lab.audit.prompts import DEFAULT_KV_TOKENS, Prompts, load_tokenizer, read_prompts
 from lab.audit.replay import check_capacity, radix_hit_rate, replay_hit_rate
 from lab.checks import positive_int
@@ -31,11 +32,52 @@ from lab.serving.engine_settings import accepted_block_sizes
 
 
 @dataclass
+class PromptLengths:
+    mean: float
+    p50: float
+    max: int
+
+
+@dataclass
 class AuditResult:
-    summary: dict
-    hit_rates: pd.DataFrame
+    """Every section of an audit, read by attribute; `to_json()` for the report file."""
+    file: str
+    prompts: int
+    skipped: list[str]  # one message per bad line skipped (skip_bad)
+    tokenizer: str
+    prompt_tokens: PromptLengths
+    kv_tokens: int
+    hit_rates: pd.DataFrame  # cache, block_size, hit_rate: each block size and the radix tree
+    hit_rate_by_block_size: dict[int, float]
+    radix_hit_rate: float
+    recommended_block_size: int
+    divergence: Divergence
     fields: list[Field]
-    fleet: pd.DataFrame
+    field_sample: int  # prompts the field search read
+    projection: Projection
+    after_moving_fields: Projection | None
+    curve_run: str  # the results run of the gain curve projected from
+    curve_measured_on: str
+    confirmation: Confirmation | None
+    fleet: FleetAdvice
+    tenant_salt: SaltCost | None
+    seconds: dict[str, float]
+    replay: str = "one request at a time, in arrival order, least recently used evicted first"
+
+    def to_json(self) -> dict:
+        """Plain values only (tables as lists of records), for a JSON summary."""
+        def plain(value):
+            if isinstance(value, pd.DataFrame):
+                return value.to_dict("records")
+            if dataclasses.is_dataclass(value):
+                return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+            if isinstance(value, dict):
+                return {k: plain(v) for k, v in value.items()}
+            if isinstance(value, (list, tuple)):
+                return [plain(v) for v in value]
+            return value
+
+        return plain(self) | {"skipped_lines": len(self.skipped)}
 
 
 def _sample(prompts: Prompts, size: int) -> tuple[list[str], list[list[int]], list[str | None]]:
@@ -88,32 +130,22 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
     fields = breaking_fields(texts, tokenizer, best_size, kv_tokens)
     lap("what breaks sharing")
     curve, curve_meta = gain_curve()
-    projection = project(rates[best_size], curve)
-    if fields:
-        projection["after_moving_fields"] = project(fields[-1].hit_rate_after, curve)
     confirmation = confirm_on_engine(prompts.token_ids, model, best_size, confirm) if confirm else None
     if confirmation:
-        confirmation["projected"] = project(confirmation["hit_rate"], curve)
+        confirmation.projected = project(confirmation.hit_rate, curve)
     lap("projection and confirmation")
     _, fleet_ids, fleet_tenants = _sample(prompts, fleet_sample)
-    fleet, recommended = fleet_policies(fleet_ids, fleet_tenants, replicas, best_size, kv_tokens, progress=progress)
+    fleet = fleet_policies(fleet_ids, fleet_tenants, replicas, best_size, kv_tokens, progress=progress)
     lap("fleet")
     salt = salt_cost(prompts.token_ids, prompts.tenants, best_size, kv_tokens)
     lap("tenant salt")
     lengths = pd.Series(list(map(len, prompts.token_ids)))
-    summary = {
-        "file": prompts.path, "prompts": len(prompts.token_ids), "skipped_lines": len(prompts.skipped),
-        "skipped": prompts.skipped[:20], "tokenizer": str(model or "the lab's model"),
-        "prompt_tokens": {"mean": float(lengths.mean()), "p50": float(lengths.median()), "max": int(lengths.max())},
-        "kv_tokens": kv_tokens, "replay": "one request at a time, in arrival order, least recently used evicted first",
-        "hit_rate_by_block_size": {int(s): r for s, r in rates.items()}, "radix_hit_rate": radix,
-        "recommended_block_size": best_size,
-        "divergence": divergence, "fields": [vars(f) for f in fields], "field_sample": len(texts),
-        "projection": projection | {"source": curve_meta["run_id"], "measured_on": curve_meta["environment"]["device"],
-                                    "note": "a projection from the lab's curve, not a measurement of these prompts"},
-        "confirmation": confirmation,
-        "fleet": {"replicas": replicas, "sample": len(fleet_ids), "recommended_policy": recommended,
-                  "policies": fleet.to_dict("records")},
-        "tenant_salt": salt, "seconds": lap.seconds,
-    }
-    return AuditResult(summary, hit_rates, fields, fleet)
+    return AuditResult(
+        file=prompts.path, prompts=len(prompts.token_ids), skipped=prompts.skipped, tokenizer=str(model or "the lab's model"),
+        prompt_tokens=PromptLengths(float(lengths.mean()), float(lengths.median()), int(lengths.max())),
+        kv_tokens=kv_tokens, hit_rates=hit_rates, hit_rate_by_block_size={int(s): r for s, r in rates.items()},
+        radix_hit_rate=radix, recommended_block_size=best_size, divergence=divergence, fields=fields,
+        field_sample=len(texts), projection=project(rates[best_size], curve),
+        after_moving_fields=project(fields[-1].hit_rate_after, curve) if fields else None,
+        curve_run=curve_meta["run_id"], curve_measured_on=curve_meta["environment"]["device"],
+        confirmation=confirmation, fleet=fleet, tenant_salt=salt, seconds=lap.seconds)

@@ -115,13 +115,19 @@ def find_breaking_field(texts: Sequence[str], min_share: float = 0.2,
     return label, Counter(map(value_kind, values[label])).most_common(1)[0][0], examples, where[label]
 
 
-def where_prompts_diverge(texts: Sequence[str], top: int = 3) -> dict:
+@dataclass
+class Divergence:
+    """Where prompts stop sharing with their closest neighbour."""
+    median_shared_fraction: float  # of a prompt's characters, before that point
+    labels: list[tuple[str, int]]  # the most common line labels there, with their number of prompts
+
+
+def where_prompts_diverge(texts: Sequence[str], top: int = 3) -> Divergence:
     """Where prompts stop sharing with the prompt most like them: the median share of a prompt's characters
     that come before that point, and the most common line labels there (with the number of prompts)."""
     points = divergence_points(texts)
     labels = Counter(_label(t[_line_at(t, p)[0]:p]) for t, p in zip(texts, points) if p < len(t))
-    return {"median_shared_fraction": float(np.median([p / len(t) for t, p in zip(texts, points)])),
-            "labels": [{"label": label, "prompts": n} for label, n in labels.most_common(top)]}
+    return Divergence(float(np.median([p / len(t) for t, p in zip(texts, points)])), labels.most_common(top))
 
 
 def breaking_fields(texts: Sequence[str], tokenizer, block_size: int, kv_tokens: int, max_fields: int = 3,

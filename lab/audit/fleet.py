@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -12,8 +13,29 @@ from lab.experiments.fleet_sim import POLICIES, CacheAwareKnobs, FleetSim, summa
 THRESHOLDS = (0.3, 0.5, 0.8)  # cache_aware --cache-threshold values tried
 
 
+@dataclass
+class FleetAdvice:
+    """Every policy simulated over `replicas` replicas on the first `sample` prompts, and the one recommended."""
+    replicas: int
+    sample: int
+    recommended_policy: str
+    policies: pd.DataFrame  # policy, fleet_hit_rate, imbalance, session_key
+
+
+@dataclass
+class SaltCost:
+    """The hit rate with one shared cache and with a `cache_salt` per tenant."""
+    tenants: int
+    hit_rate_shared: float
+    hit_rate_salted: float
+
+    @property
+    def cost(self) -> float:
+        return self.hit_rate_shared - self.hit_rate_salted
+
+
 def fleet_policies(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | None], replicas: int, block_size: int,
-                   kv_tokens: int, max_imbalance: float = 1.5, progress: bool = False) -> tuple[pd.DataFrame, str]:
+                   kv_tokens: int, max_imbalance: float = 1.5, progress: bool = False) -> FleetAdvice:
     """Every router policy (cache_aware at several cache thresholds) simulated over `replicas` replicas
     of `kv_tokens` each, with 2 requests per replica in flight; the recommendation is the highest hit rate
     whose load imbalance (max / mean requests) stays within `max_imbalance`."""
@@ -31,19 +53,23 @@ def fleet_policies(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | N
         rows.append({"policy": name, "fleet_hit_rate": s.fleet_hit_rate, "imbalance": s.imbalance,
                      "session_key": "tenant" if policy == "consistent_hash" and keys else ""})
     table = pd.DataFrame(rows)
+    return FleetAdvice(replicas, len(token_ids), _recommend(table, max_imbalance), table)
+
+
+def _recommend(table: pd.DataFrame, max_imbalance: float) -> str:
     if table.fleet_hit_rate.max() < 0.01:  # nothing to share: only the load matters
-        return table, "round_robin"
+        return "round_robin"
     balanced = table[table.imbalance <= max_imbalance]
     best = (balanced if len(balanced) else table).sort_values("fleet_hit_rate", ascending=False, kind="stable")
-    return table, best.policy.iloc[0]
+    return best.policy.iloc[0]
 
 
 def salt_cost(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | None], block_size: int,
-              kv_tokens: int) -> dict | None:
+              kv_tokens: int) -> SaltCost | None:
     """Hit rate with and without a per-tenant `cache_salt` (which closes the timing side channel between
     tenants, and stops them sharing); None without tenants."""
     if not any(t is not None for t in tenants):
         return None
     shared = replay_hit_rate(token_ids, block_size, kv_tokens)
     salted = replay_hit_rate(token_ids, block_size, kv_tokens, salts=list(tenants))
-    return {"tenants": len(set(tenants)), "hit_rate_shared": shared, "hit_rate_salted": salted, "cost": shared - salted}
+    return SaltCost(len(set(tenants)), shared, salted)

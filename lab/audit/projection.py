@@ -4,9 +4,31 @@ confirmation on the real engine."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+
+@dataclass
+class Projection:
+    """Throughput gain and mean TTFT change the lab's curve gives at `hit_rate` (a projection, not a measurement)."""
+    hit_rate: float
+    throughput_gain: float
+    ttft_change: float
+    within_measured_range: bool
+
+
+@dataclass
+class Confirmation:
+    """A short run of the first `prompts` prompts on the real engine, caching off and then on."""
+    prompts: int
+    hit_rate: float
+    throughput_gain: float
+    ttft_change: float
+    mean_ttft_ms_off: float
+    mean_ttft_ms_on: float
+    projected: Projection | None = None  # what the curve gives at this run's hit rate
 
 
 def gain_curve() -> tuple[pd.DataFrame, dict]:
@@ -17,19 +39,18 @@ def gain_curve() -> tuple[pd.DataFrame, dict]:
     return load_latest_or_canonical("10_capacity-gain")
 
 
-def project(hit_rate: float, curve: pd.DataFrame) -> dict:
+def project(hit_rate: float, curve: pd.DataFrame) -> Projection:
     """Throughput gain and mean TTFT change at `hit_rate`, interpolated along the measured curve (its
     ends held beyond the measured range, and said so)."""
     curve = curve.sort_values("hit_rate")
     rates = curve.hit_rate.to_numpy(float)
-    return {"hit_rate": hit_rate,
-            "throughput_gain": float(np.interp(hit_rate, rates, curve.throughput_gain.to_numpy(float))),
-            "ttft_change": float(np.interp(hit_rate, rates, curve.ttft_change.to_numpy(float))),
-            "within_measured_range": bool(rates.min() <= hit_rate <= rates.max())}
+    return Projection(hit_rate, float(np.interp(hit_rate, rates, curve.throughput_gain.to_numpy(float))),
+                      float(np.interp(hit_rate, rates, curve.ttft_change.to_numpy(float))),
+                      bool(rates.min() <= hit_rate <= rates.max()))
 
 
 def confirm_on_engine(token_ids: Sequence[Sequence[int]], model: str | None, block_size: int, sample: int,
-                      max_tokens: int = 8) -> dict:
+                      max_tokens: int = 8) -> Confirmation:
     """A short measured run on the real vLLM engine: the first `sample` prompts in order, submitted at once
     with caching off and then on (a fresh engine each, warmed on the same prompts, cache emptied)."""
     from lab.experiments.capacity import warm_engine
@@ -42,7 +63,7 @@ def confirm_on_engine(token_ids: Sequence[Sequence[int]], model: str | None, blo
         summaries[caching] = summarize(run_workload(llm, prompts, max_tokens=max_tokens, mode="offline", progress=False))
         del llm
     off, on = summaries[False], summaries[True]
-    return {"prompts": len(prompts), "hit_rate": float(on["hit_rate"]),
-            "throughput_gain": float(on["requests_per_s"] / off["requests_per_s"]),
-            "ttft_change": float(on["mean_ttft_ms"] / off["mean_ttft_ms"] - 1),
-            "mean_ttft_ms_off": float(off["mean_ttft_ms"]), "mean_ttft_ms_on": float(on["mean_ttft_ms"])}
+    return Confirmation(prompts=len(prompts), hit_rate=float(on["hit_rate"]),
+                        throughput_gain=float(on["requests_per_s"] / off["requests_per_s"]),
+                        ttft_change=float(on["mean_ttft_ms"] / off["mean_ttft_ms"] - 1),
+                        mean_ttft_ms_off=float(off["mean_ttft_ms"]), mean_ttft_ms_on=float(on["mean_ttft_ms"]))
