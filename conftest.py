@@ -10,6 +10,14 @@ import lab
 
 lab.setup()  # what a notebook's first cell does: vLLM's environment, before any test imports vllm
 
+# `make test` runs two test files at a time (pytest-xdist workers gw0, gw1). Each worker's engines, servers and
+# notebook kernels get a core of their own: two CPU engines each spinning OpenMP threads on both cores slowed
+# each other down about eightfold.
+_worker = os.environ.get("PYTEST_XDIST_WORKER")
+if _worker and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(int(_worker.removeprefix("gw")) % (os.cpu_count() or 1))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # torch in the kernels (mini-engine, transformers) as well
+
 _scratch = tempfile.mkdtemp(prefix="prefix-cache-lab-tests-")
 # Set at import time, before nbval starts kernels, so notebook kernels inherit them.
 os.environ.setdefault("LAB_FIGURES_DIR", os.path.join(_scratch, "figures"))

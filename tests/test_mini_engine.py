@@ -86,6 +86,7 @@ def test_a_hit_makes_prefill_cheaper(model_path, prompt):
     # a warm prefill computes 8 tokens where a cold one computes ~1000: a ratio over 10x by construction,
     # asserted with a 2x margin (best of three each, interleaved in one engine)
     cold_s, warm_s = min(g.ttft_s for g in cold), min(g.ttft_s for g in warm)
+    print(f"mini-engine margin: cold / warm prefill {cold_s / warm_s:.1f}x (asserted: > 2)")
     assert warm_s < cold_s / 2, f"cached prefill {warm_s * 1e3:.1f} ms vs cold {cold_s * 1e3:.1f} ms"
 
 

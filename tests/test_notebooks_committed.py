@@ -3,6 +3,10 @@ cell, a kernelspec for papermill, NN_topic names, a final check, and a profile e
 
 import ast
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import nbformat
 import papermill
@@ -51,3 +55,20 @@ def test_every_profile_names_real_notebooks_and_parameters():
             unknown = set(parameters) - set(declared)
             assert not unknown, f"profile {profile!r} sets {unknown} that {stem} does not declare"
     assert set(stems) <= set(profiles["full"]), "`make run` (full) covers every notebook"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_exercises_run_on_their_own(path, tmp_path):
+    """`make workshop` hands the exercises out alone: every name they use is defined or imported in them
+    (ruff's undefined-name check on their code cells, test-config headers left out)."""
+    cells = nbformat.read(path, as_version=4).cells
+    start = next((i for i, c in enumerate(cells) if "ASSIGNMENT CONFIG" in c.source), None)
+    if start is None:
+        pytest.skip("no exercises")
+    code = [re.sub(r'^"""\s*# BEGIN TEST CONFIG.*?# END TEST CONFIG\n', "", c.source, flags=re.S)
+            for c in cells[start:] if c.cell_type == "code"]
+    (tmp_path / "exercises.py").write_text("\n\n".join(code) + "\n")
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    out = subprocess.run([ruff, "check", "--isolated", "--select", "F821", "--output-format", "concise", "exercises.py"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
