@@ -48,30 +48,30 @@ print(json.dumps({algo: [[h.hex() for h in block_hashes(ids, size, algo, "s")],
 """
 
 
-@pytest.fixture(scope="module")
-def fresh_process() -> dict:
-    """Lab and vLLM hashes computed in another Python process, one started with PYTHONHASHSEED=0: vLLM seeds
-    the first parent from it when set (xxhash otherwise draws a random seed); this process's seed differs."""
+def hashes_in_a_fresh_process(**env) -> dict:
     import json
     import os
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"} | {"PYTHONHASHSEED": "0"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"} | env
     out = subprocess.run([sys.executable, "-c", FRESH_PROCESS, *ALGOS], capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_every_algorithm_gives_the_same_hashes_in_every_process(fresh_process):
+def test_every_algorithm_gives_the_same_hashes_in_every_process():
     """Hashes are a function of the tokens alone (no per-process seed), so results files and replicas agree."""
+    fresh = hashes_in_a_fresh_process()
     for algo in ALGOS:
-        assert fresh_process[algo][0] == [h.hex() for h in block_hashes(tokens(20), BS, algo, "s")]
-    assert len({fresh_process[algo][0][0] for algo in ALGOS}) == len(ALGOS), "each algorithm its own hashes"
+        assert fresh[algo][0] == [h.hex() for h in block_hashes(tokens(20), BS, algo, "s")]
+    assert len({fresh[algo][0][0] for algo in ALGOS}) == len(ALGOS), "each algorithm its own hashes"
 
 
-def test_lab_hashes_are_byte_identical_to_vllms_for_every_algorithm(fresh_process):
+def test_lab_hashes_are_byte_identical_to_vllms_for_every_algorithm():
+    """vLLM seeds the first parent from PYTHONHASHSEED when set (xxhash otherwise draws a random seed)."""
+    fresh = hashes_in_a_fresh_process(PYTHONHASHSEED="0")
     for algo in ALGOS:
-        ours, theirs = fresh_process[algo]
+        ours, theirs = fresh[algo]
         assert ours == theirs and len(ours) == 5, algo
 
 
