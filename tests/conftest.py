@@ -35,6 +35,20 @@ def engines():
     return get
 
 
+STANDARD_ENGINE = {"block_size": 32}  # what most engine tests use: one engine per worker serves them all
+
+
+@pytest.fixture
+def standard_engine() -> dict:
+    return dict(STANDARD_ENGINE)
+
+
+@pytest.fixture
+def llm(engines):
+    """The standard engine (block size 32, caching on), shared by every test that uses it."""
+    return engines(**STANDARD_ENGINE)
+
+
 @pytest.fixture
 def on_backend(monkeypatch):
     """`on_backend("cpu")`: the lab behaves as on that back-end (LAB_BACKEND) for the rest of the test."""

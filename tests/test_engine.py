@@ -133,13 +133,8 @@ def test_backend_line_names_engine_and_device():
 SHARED = " ".join(["The key and value vectors of each layer are stored in blocks of a fixed size."] * 30)
 
 
-@pytest.fixture
-def llm(engines):
-    return engines(block_size=64)
-
-
 def test_engine_uses_the_requested_block_size_and_fp32(llm):
-    assert vllm_internals.block_size(llm) == 64
+    assert vllm_internals.block_size(llm) == 32
     assert vllm_internals.model_dtype(llm) == "float32"
 
 
@@ -147,7 +142,7 @@ def test_shared_prefix_hits_the_cache(llm):
     llm.reset_prefix_cache()
     first, second = (generate(llm, [SHARED + ending], max_tokens=2)[0] for ending in (" Where?", " When?"))
     assert first.num_cached_tokens == 0
-    assert second.num_cached_tokens > 0 and second.num_cached_tokens % 64 == 0
+    assert second.num_cached_tokens > 0 and second.num_cached_tokens % 32 == 0
     assert second.num_cached_tokens <= len(second.prompt_token_ids) - 1
     assert first.metrics.first_token_latency > 0
 
@@ -164,32 +159,34 @@ def test_empty_prompt_list_is_rejected(llm):
         generate(llm, [])
 
 
-def test_caching_off_caches_nothing_and_changes_no_output(engines):
+def test_cache_salt_isolates_prefixes(llm):
+    llm.reset_prefix_cache()
+    generate(llm, [SHARED + " Where?"], cache_salt="tenant-a")
+    assert generate(llm, [SHARED + " When?"], cache_salt="tenant-b")[0].num_cached_tokens == 0
+    assert generate(llm, [SHARED + " How?"], cache_salt="tenant-a")[0].num_cached_tokens > 0
+
+
+# the tests below start other engines than the standard one: they run last in this file
+
+def test_caching_off_caches_nothing_and_changes_no_output(engines, standard_engine):
     prompts = [SHARED + " Where?", SHARED + " When?"]
-    on = engines(block_size=64)
+    on = engines(**standard_engine)
     on.reset_prefix_cache()
     on_outputs = [generate(on, [p], max_tokens=4)[0] for p in prompts]
-    off = engines(enable_prefix_caching=False, block_size=64)
+    off = engines(**standard_engine | {"enable_prefix_caching": False})
     off_outputs = [generate(off, [p], max_tokens=4)[0] for p in prompts]
     assert [o.num_cached_tokens for o in off_outputs] == [0, 0]
     assert on_outputs[1].num_cached_tokens > 0
     assert [o.outputs[0].token_ids for o in on_outputs] == [o.outputs[0].token_ids for o in off_outputs]
 
 
-def test_a_newer_engine_closes_the_older_one_with_a_clear_error(engines):
-    older = engines(block_size=64)
-    newer = engines(block_size=32)
+def test_a_newer_engine_closes_the_older_one_with_a_clear_error(engines, standard_engine):
+    older = engines(**standard_engine | {"enable_prefix_caching": False})  # the one the test before started
+    newer = engines(block_size=64)
     assert lab.serving.engine.is_closed(older) and not lab.serving.engine.is_closed(newer)
     with pytest.raises(RuntimeError, match="shut down because a newer one was started"):
         generate(older, ["hello"])
     assert generate(newer, ["hello"])[0].outputs[0].token_ids
-
-
-def test_cache_salt_isolates_prefixes(llm):
-    llm.reset_prefix_cache()
-    generate(llm, [SHARED + " Where?"], cache_salt="tenant-a")
-    assert generate(llm, [SHARED + " When?"], cache_salt="tenant-b")[0].num_cached_tokens == 0
-    assert generate(llm, [SHARED + " How?"], cache_salt="tenant-a")[0].num_cached_tokens > 0
 
 
 @pytest.mark.engine

@@ -11,13 +11,8 @@ def prompts():
     return generate_workload("article_1000", 24).prompts
 
 
-@pytest.fixture
-def llm_on(engines):
-    return engines(block_size=32)
-
-
-def test_offline_rows_are_sane(llm_on, prompts):
-    df = run_workload(llm_on, prompts, max_tokens=4, progress=False)
+def test_offline_rows_are_sane(llm, prompts):
+    df = run_workload(llm, prompts, max_tokens=4, progress=False)
     assert len(df) == len(prompts) and df.request.tolist() == list(range(len(prompts)))
     assert (df.ttft_s > 0).all() and (df.e2e_s >= df.ttft_s).all()
     assert (df.cached_tokens <= df.prompt_tokens - 1).all() and df.cached_tokens.sum() > 0
@@ -27,9 +22,9 @@ def test_offline_rows_are_sane(llm_on, prompts):
     assert df.attrs["preemptions"] == 0, "a pool far larger than the batch never preempts"
 
 
-def test_online_requests_reach_the_engine_at_their_arrival_times(llm_on, prompts):
+def test_online_requests_reach_the_engine_at_their_arrival_times(llm, prompts):
     rate = 8.0
-    df = run_workload(llm_on, prompts[:8], max_tokens=2, mode="online", rate=rate, seed=1, progress=False)
+    df = run_workload(llm, prompts[:8], max_tokens=2, mode="online", rate=rate, seed=1, progress=False)
     assert df.arrival_s.tolist() == arrival_times(8, "online", rate, seed=1), "the TTFT clock starts at the plan"
     late = df.sent_s - df.arrival_s
     assert (late >= 0).all(), "no request is sent before it arrives"
@@ -39,26 +34,19 @@ def test_online_requests_reach_the_engine_at_their_arrival_times(llm_on, prompts
     assert (df.ttft_s >= late).all(), "waiting to be sent counts in TTFT"
 
 
-def test_caching_off_caches_nothing_and_keeps_outputs(engines, prompts):
-    df_on = run_workload(engines(block_size=32), prompts[:12], max_tokens=4, progress=False)
-    df_off = run_workload(engines(enable_prefix_caching=False, block_size=32), prompts[:12], max_tokens=4, progress=False)
-    assert (df_off.cached_tokens == 0).all()
-    assert df_off.output_token_ids.tolist() == df_on.output_token_ids.tolist()
-
-
-def test_bad_input_is_named_and_nothing_is_sent(llm_on):
-    before = llm_on.get_metrics()
+def test_bad_input_is_named_and_nothing_is_sent(llm):
+    before = llm.get_metrics()
     queries = next(m.value for m in before if m.name == "vllm:prefix_cache_queries")
     with pytest.raises(ValueError, match="prompts is empty"):
-        run_workload(llm_on, [])
+        run_workload(llm, [])
     with pytest.raises(ValueError, match=r"rate=0.*positive arrival rate"):
-        run_workload(llm_on, ["a"], mode="online", rate=0)
+        run_workload(llm, ["a"], mode="online", rate=0)
     with pytest.raises(ValueError, match="mode=.batch.*sequential"):
-        run_workload(llm_on, ["a"], mode="batch")
-    limit = vllm_internals.max_model_len(llm_on)
+        run_workload(llm, ["a"], mode="batch")
+    limit = vllm_internals.max_model_len(llm)
     with pytest.raises(ValueError, match=rf"prompts\[1\] has .*max_model_len={limit}"):
-        run_workload(llm_on, ["short", list(range(5, limit + 100))])
-    after = next(m.value for m in llm_on.get_metrics() if m.name == "vllm:prefix_cache_queries")
+        run_workload(llm, ["short", list(range(5, limit + 100))])
+    after = next(m.value for m in llm.get_metrics() if m.name == "vllm:prefix_cache_queries")
     assert after == queries, "a rejected workload sends no request"
 
 
@@ -96,8 +84,8 @@ def test_arrival_times_are_seeded_poisson():
     assert abs(times[-1] / 1999 - 0.1) < 0.01
 
 
-def test_sequential_mode_never_queues(llm_on, prompts):
-    df = run_workload(llm_on, prompts[:6], max_tokens=2, mode="sequential", progress=False)
+def test_sequential_mode_never_queues(llm, prompts):
+    df = run_workload(llm, prompts[:6], max_tokens=2, mode="sequential", progress=False)
     assert df.arrival_s.is_monotonic_increasing
     assert (df.arrival_s.iloc[1:].values >= (df.arrival_s + df.e2e_s).iloc[:-1].values - 0.01).all(), \
         "each request is sent after the previous one finished"

@@ -12,8 +12,7 @@ from lab.serving.engine import generate
 BLOCK = 32
 
 
-def test_blocks_in_use_count_shared_blocks_once_and_fall_back_to_zero(engines):
-    llm = engines(block_size=BLOCK)
+def test_blocks_in_use_count_shared_blocks_once_and_fall_back_to_zero(llm):
     llm.reset_prefix_cache()
     assert vllm_internals.kv_blocks_in_use(llm) == 0
     assert 0 < vllm_internals.num_kv_blocks(llm) == vllm_internals.block_pool(llm).num_gpu_blocks - 1
@@ -34,8 +33,7 @@ def test_blocks_in_use_count_shared_blocks_once_and_fall_back_to_zero(engines):
     assert vllm_internals.kv_blocks_in_use(llm) == 0, "finished requests hold no blocks (theirs stay cached)"
 
 
-def test_block_size_and_hash_algo_match_what_the_engine_does(engines):
-    llm = engines(block_size=BLOCK)
+def test_block_size_and_hash_algo_match_what_the_engine_does(llm):
     llm.reset_prefix_cache()
     assert vllm_internals.block_size(llm) == BLOCK and vllm_internals.hash_algo(llm) == "sha256"
     prompt = list(range(200, 200 + 3 * BLOCK + 5))
@@ -43,8 +41,7 @@ def test_block_size_and_hash_algo_match_what_the_engine_does(engines):
     assert generate(llm, [prompt + [9]])[0].num_cached_tokens == 3 * BLOCK
 
 
-def test_resolved_settings_are_the_ones_the_engine_was_given(engines):
-    llm = engines(block_size=BLOCK)
+def test_resolved_settings_are_the_ones_the_engine_was_given(llm):
     assert vllm_internals.tuning(llm, "block_size") == BLOCK
     assert vllm_internals.tuning(llm, "enable_prefix_caching") is True
     assert vllm_internals.tuning(llm, "dtype") == vllm_internals.model_dtype(llm)
