@@ -74,8 +74,11 @@ def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.5):
 def run_all_cells(page, lab: JupyterLab, notebook: str, screenshots: Path, timeout_s: float = 300) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    page.goto(lab.url(notebook))
+    # each notebook alone in a fresh workspace: a tab restored from the visit before would take the Run menu
+    page.goto(lab.url(notebook, workspace=Path(notebook).stem.replace("_", "-")))
     page.wait_for_selector(f"{ACTIVE} .jp-CodeCell", timeout=60_000)
+    assert page.locator(".jp-NotebookPanel").count() == 1, "one notebook open, the one to run"
+    page.locator(f"{ACTIVE} .jp-CodeCell").first.click()  # the notebook has the focus the Run menu acts on
     wait_for(lambda: any(k["execution_state"] == "idle" for k in lab.kernels()), 120, "the notebook's kernel to be idle")
     page.wait_for_selector("text=Idle >> visible=true", timeout=60_000)  # and the page knows it
     for attempt in range(3):

@@ -68,8 +68,12 @@ class JupyterLab:
     def base(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def url(self, notebook: str | None = None) -> str:
+    def url(self, notebook: str | None = None, workspace: str | None = None) -> str:
+        """The address of JupyterLab (or of `notebook` in it). With `workspace`, the notebook opens alone in a
+        workspace of that name, reset: no tab that an earlier visit left open comes back."""
         path = f"/lab/tree/{notebook}" if notebook else "/lab"
+        if workspace:
+            return f"{self.base}/lab/workspaces/{workspace}{path.removeprefix('/lab')}?token={self.token}&reset"
         return f"{self.base}{path}?token={self.token}"
 
     def command(self) -> list[str]:
