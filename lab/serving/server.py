@@ -86,13 +86,9 @@ class VLLMServer:
         return self.managed.log_path
 
     def start(self) -> VLLMServer:
-        """Launch the server and wait until `/health` answers (stopping it if it does not)."""
-        self.launch()
-        try:
-            self.wait_until_healthy()
-        except BaseException:
-            self.stop()
-            raise
+        """Launch the server and wait until `/health` answers (the process helper stops it if it does not)."""
+        _running.add(self)
+        self.managed.start(self.startup_timeout_s)
         return self
 
     def launch(self) -> None:
