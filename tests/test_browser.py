@@ -71,6 +71,16 @@ def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.5):
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
+def kernel_idle(lab: JupyterLab) -> bool:
+    """A kernel is idle; while one is still starting, JupyterLab's kernel list can answer 500: not yet."""
+    import urllib.error
+
+    try:
+        return any(k["execution_state"] == "idle" for k in lab.kernels())
+    except urllib.error.HTTPError:
+        return False
+
+
 def run_all_cells(page, lab: JupyterLab, notebook: str, screenshots: Path, timeout_s: float = 300) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -79,7 +89,7 @@ def run_all_cells(page, lab: JupyterLab, notebook: str, screenshots: Path, timeo
     page.wait_for_selector(f"{ACTIVE} .jp-CodeCell", timeout=60_000)
     assert page.locator(".jp-NotebookPanel").count() == 1, "one notebook open, the one to run"
     page.locator(f"{ACTIVE} .jp-CodeCell").first.click()  # the notebook has the focus the Run menu acts on
-    wait_for(lambda: any(k["execution_state"] == "idle" for k in lab.kernels()), 120, "the notebook's kernel to be idle")
+    wait_for(lambda: kernel_idle(lab), 120, "the notebook's kernel to be idle")
     page.wait_for_selector("text=Idle >> visible=true", timeout=60_000)  # and the page knows it
     for attempt in range(3):
         page.locator(".lm-MenuBar-item", has_text="Run").click()
