@@ -56,3 +56,33 @@ def test_vllms_hashes_are_the_labs():
     prompt = list(range(50, 50 + 5 * BLOCK + 3))
     for salt in (None, "tenant-a"):
         assert vllm_internals.vllm_block_hashes(prompt, BLOCK, "sha256", salt) == block_hashes(prompt, BLOCK, "sha256", salt)
+
+
+@pytest.mark.parametrize("block_size", [16, 32, 128])
+def test_vllms_own_kv_cache_manager_caches_what_the_lab_predicts(block_size):
+    import random
+
+    from lab.core.prefix_cache import PrefixCache
+
+    rng = random.Random(block_size)
+    shared = [rng.randrange(3, 3000) for _ in range(300)]
+    requests = [shared[:rng.randrange(0, 300)] + [rng.randrange(3, 3000) for _ in range(rng.randrange(1, 200))]
+                for _ in range(40)]
+    cached, seconds = vllm_internals.manager_replay(requests, block_size)
+    assert cached == PrefixCache(num_blocks=10_000, block_size=block_size).replay(requests)
+    assert sum(cached) > 0 and seconds > 0
+
+
+def test_the_first_token_comes_out_of_the_prefill_step(llm):
+    """No separate 'first-token generation' stage: the step that computes the prompt samples the first token."""
+    llm.reset_prefix_cache()
+    engine = vllm_internals.engine_loop(llm)
+    engine.add_request("prefill-only", TokensPrompt(prompt_token_ids=list(range(100, 400))),
+                       SamplingParams(max_tokens=1, temperature=0.0))
+    steps, outputs = 0, []
+    while engine.has_unfinished_requests():
+        outputs += engine.step()
+        steps += 1
+    (finished,) = [o for o in outputs if o.request_id == "prefill-only" and o.finished]
+    assert len(finished.outputs[0].token_ids) == 1
+    assert steps <= 2, f"{steps} engine steps for one 300-token prefill and its first token"

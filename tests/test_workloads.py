@@ -57,6 +57,10 @@ def test_prompt_design_layouts_carry_the_same_variables_in_different_places():
         assert fields_first.startswith("Customer: ") and scattered.startswith("Customer ")
     shared_start = {p[:200] for p in by_variant["gathered"]}
     assert len(shared_start) == 1, "gathered: every prompt opens with the same fixed text"
+    categorical = [r["prompt"] for r in records if r["variant"] == "categorical_first"]
+    assert len({p.split("\n", 2)[2][:200] for p in categorical}) == 1, "the fixed text follows the two category lines"
+    assert len({p[:60] for p in categorical}) <= 12, "at most 3 customer types x 4 question types open a prompt"
+    assert [p.rsplit("\nQuestion: ", 1)[1] for p in categorical] == [p.rsplit("\nQuestion: ", 1)[1] for p in by_variant["gathered"]]
 
 
 def test_tenants_share_a_private_context_each_and_skew_with_zipf():

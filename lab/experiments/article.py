@@ -24,14 +24,34 @@ PAIRS = {
 }
 
 
-VERDICTS = ("reproduced", "corrected", "unverifiable", "not applicable")
+# What the lab concluded about a claim, and what that conclusion rests on (the ledger's `verdict` and `basis`).
+VERDICTS = {
+    "reproduced": "a run here shows it",
+    "calibrated": "matched only by a workload built toward the article's number: consistent, not independent",
+    "corrected": "wrong or incomplete as stated; the evidence shows what is true instead",
+    "supported": "agrees with a source the lab reads or cites but does not run (vLLM's code, literature)",
+    "unverifiable": "needs the article's hardware, data or method, which it does not give",
+    "not applicable": "the article's setting, not a claim",
+}
+BASES = {
+    "run": "a notebook section, results file or test of this lab",
+    "vllm source": "vLLM's code as installed, read (`vllm:path::name` pointers), not run on the hardware it is for",
+    "citation": "a published source named in the reason",
+    "arithmetic": "computed in a notebook from published figures",
+    "none": "nothing to check against",
+}
+# Evidence from workloads built toward the article's own figures: it can calibrate a claim, never reproduce it.
+CALIBRATED_EVIDENCE = {
+    "results:06_warmup_and_eviction-stages": "the customer_service generator was shaped toward the article's stage hit rates",
+}
 
 
 @cache
 def claims() -> pd.DataFrame:
-    """The claims ledger, indexed by claim name: section, value (as written), unit, context, the lab's
-    verdict and its evidence (`notebooks/NN_x.ipynb#Heading`, `results:NAME` or `tests/file.py::test`,
-    several joined by " ; ")."""
+    """The claims ledger, indexed by claim name: section, value (as written), unit, context (what the article
+    says), the lab's verdict (VERDICTS), its basis (BASES), a one-line reason, and the evidence
+    (`notebooks/NN_x.ipynb#Heading`, `results:NAME`, `tests/file.py::test`, `vllm:path.py::name` or a file of this
+    repository, several joined by " ; ")."""
     return pd.read_csv(CLAIMS_CSV, dtype={"value": str}, keep_default_na=False).set_index("claim")
 
 

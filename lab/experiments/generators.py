@@ -146,8 +146,11 @@ def chat(count: int = 40, seed: int = 0, turns: int = 5) -> list[Record]:
 def prompt_design(count: int = 100, seed: int = 0) -> list[Record]:
     """The article's before/after pair: one template, the same per-request variables (name, date, order),
     placed through the template ("scattered") or gathered at its end ("gathered"); and the layout of the
-    article's own "optimised" template, each variable on a labelled line of its own at the start ("fields_first")."""
+    article's own "optimised" template, each variable on a labelled line of its own at the start ("fields_first").
+    "categorical_first" is that layout with the article's own kind of fields up front: low-cardinality categories
+    (customer type, question type), the per-request details kept with the question."""
     rng = random.Random(seed)
+    categories = random.Random(seed + 1)  # a stream of its own: the other variants stay as they were
     sections = [text_of_tokens(rng, 150, "policy") for _ in range(4)]
     records = []
     for i in range(count):
@@ -159,9 +162,15 @@ def prompt_design(count: int = 100, seed: int = 0) -> list[Record]:
                     f"Customer {name} wrote on {date}. Order {order}.\nQuestion: {question}")
         fields_first = (f"Customer: {name}\nDate: {date}\nOrder: {order}\n{sections[0]}\n{sections[1]}\n"
                         f"{sections[2]}\n{sections[3]}\nQuestion: {question}")
+        customer_type = categories.choice(["guest", "member", "business"])
+        question_type = categories.choice(["billing", "shipping", "returns", "account"])
+        categorical_first = (f"Customer type: {customer_type}\nQuestion type: {question_type}\n{sections[0]}\n"
+                             f"{sections[1]}\n{sections[2]}\n{sections[3]}\n"
+                             f"Customer {name} wrote on {date}. Order {order}.\nQuestion: {question}")
         records += [{"id": f"design-scattered-{i}", "variant": "scattered", "prompt": scattered},
                     {"id": f"design-gathered-{i}", "variant": "gathered", "prompt": gathered},
-                    {"id": f"design-fields_first-{i}", "variant": "fields_first", "prompt": fields_first}]
+                    {"id": f"design-fields_first-{i}", "variant": "fields_first", "prompt": fields_first},
+                    {"id": f"design-categorical_first-{i}", "variant": "categorical_first", "prompt": categorical_first}]
     return records
 
 

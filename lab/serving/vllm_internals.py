@@ -169,3 +169,55 @@ def bench_serve(argv: Sequence[str]) -> tuple[dict[str, Any], str]:
     with contextlib.redirect_stdout(printed), ThreadPoolExecutor(max_workers=1) as pool:
         result = pool.submit(main, args).result()
     return result, printed.getvalue()
+
+
+def manager_replay(requests: Sequence[Sequence[int]], block_size: int, hash_algo: str = "sha256") -> tuple[list[int], float]:
+    """Requests sent one at a time through vLLM's own `KVCacheManager` (the scheduler's half of prefix caching:
+    hash the blocks, look them up, allocate, free), with no model behind it and a pool that never evicts.
+    Returns each request's cached-token count and the seconds that bookkeeping took in all, so block sizes
+    can be compared on vLLM's code itself, including sizes a back-end's attention kernels reject."""
+    import time
+
+    import torch
+    from vllm import SamplingParams
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.request import Request
+
+    hash_fn = get_hash_fn_by_name(hash_algo)
+    init_none_hash(hash_fn)
+    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=8, dtype=torch.float32)  # bookkeeping only
+    num_blocks = sum(-(-len(r) // block_size) for r in requests) + 2
+    config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
+    manager = KVCacheManager(config, max_model_len=max(map(len, requests)) + block_size, scheduler_block_size=block_size,
+                             hash_block_size=block_size, enable_caching=True)
+    hasher, params, cached = get_request_block_hasher(block_size, hash_fn), SamplingParams(max_tokens=1), []
+    start = time.perf_counter()
+    for i, tokens in enumerate(requests):
+        request = Request(f"r{i}", list(tokens), params, None, block_hasher=hasher)  # hashes its full blocks
+        blocks, hit_tokens = manager.get_computed_blocks(request)[:2]
+        manager.allocate_slots(request, len(tokens) - hit_tokens, hit_tokens, blocks)
+        manager.free(request)
+        cached.append(hit_tokens)
+    return cached, time.perf_counter() - start
+
+
+def gpu_batch_defaults(device_name: str, memory_gib: float) -> dict[str, dict[str, int]]:
+    """vLLM's own `EngineArgs.get_batch_defaults`, run as if on the named CUDA device: the `max_num_seqs` and
+    `max_num_batched_tokens` it would pick there, for the `LLM` class and for the server. Lets a CPU machine
+    read what vLLM decides on an A100 from vLLM's code rather than from memory."""
+    from unittest import mock
+
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.platforms import current_platform
+
+    platform = type(current_platform)
+    with mock.patch.object(platform, "get_device_total_memory", return_value=int(memory_gib * 2**30), create=True), \
+            mock.patch.object(platform, "get_device_name", return_value=device_name, create=True), \
+            mock.patch.object(platform, "is_cpu", return_value=False), \
+            mock.patch.object(platform, "is_tpu", return_value=False):
+        batched_tokens, seqs = EngineArgs.get_batch_defaults(world_size=1)
+    return {context.name: {"max_num_seqs": seqs[context], "max_num_batched_tokens": batched_tokens[context]}
+            for context in seqs}

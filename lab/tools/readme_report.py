@@ -161,11 +161,12 @@ def audit_context() -> dict | None:
 
 
 def claims_context() -> dict:
-    """The verdicts of the claims ledger, counted, with the claims under each."""
+    """The verdicts of the claims ledger, counted, with what each rests on and the claims under each."""
     ledger = article.claims()
-    table = pd.DataFrame([{"verdict": v, "claims": str(int((ledger.verdict == v).sum())),
+    table = pd.DataFrame([{"verdict": v, "meaning": meaning, "claims": str(int((ledger.verdict == v).sum())),
+                           "basis": ", ".join(f"{b} {n}" for b, n in ledger[ledger.verdict == v].basis.value_counts().items()),
                            "which": ", ".join(f"`{n}`" for n in ledger.index[ledger.verdict == v])}
-                          for v in article.VERDICTS])
+                          for v, meaning in article.VERDICTS.items()])
     return {"total": len(ledger), "table": markdown_table(table)}
 
 
