@@ -106,3 +106,12 @@ def test_parse_metrics_sums_label_sets():
 def test_concurrency_must_be_a_positive_count(concurrency):
     with pytest.raises(ValueError, match=r"concurrency=.*positive number of requests in flight"):
         complete_concurrently(None, "lab-model", ["a"], concurrency=concurrency)
+
+
+def test_free_ports_come_from_outside_the_kernels_ephemeral_range():
+    """An outgoing connection of any process can take an ephemeral port between choosing it and binding it."""
+    from lab.serving import processes
+
+    low = processes._ephemeral_range()[0]
+    ports = {processes.free_port() for _ in range(20)}
+    assert len(ports) > 1 and all(port < low for port in ports)

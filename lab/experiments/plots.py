@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from lab import PROJECT_ROOT
@@ -46,9 +49,24 @@ def save_figure(fig, name: str, *, png: bool = True) -> list[Path]:
             )
         else:
             os.environ.setdefault("BROWSER_PATH", find_chrome())  # kaleido's browser lookup reads it
-            fig.write_image(out / f"{name}.png", width=900, height=500, scale=1)
+            with _quiet_browser_pipe():
+                fig.write_image(out / f"{name}.png", width=900, height=500, scale=1)
             written.append(out / f"{name}.png")
     return written
+
+
+@contextlib.contextmanager
+def _quiet_browser_pipe() -> Iterator[None]:
+    """kaleido's Chrome driver (choreographer) logs "JSONError decoding message. Ignoring" with a traceback when a
+    busy machine splits a message from Chrome; it does ignore it and the PNG is written. In a notebook that log is
+    a red traceback under the figure, read as a failed cell: keep it out while exporting."""
+    logger = logging.getLogger("choreographer.channels.pipe")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 BLOCK_COLOURS = {"hit": "#b7e4c7", "miss": "#f4b6b6", "partial": "#e0e0e0"}

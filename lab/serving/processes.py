@@ -9,6 +9,7 @@ this process dies without cleaning up.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -126,9 +127,30 @@ def executable_beside_python(name: str) -> str | None:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on, for a server about to start. Drawn below the kernel's ephemeral range: a port
+    the kernel hands out (bind to 0) can be taken again by any process's outgoing connection, e.g. a router's
+    health checks, before the server binds it ("Address already in use", seen with two workers)."""
+    low = _ephemeral_range()[0]
+    draw = random.SystemRandom()  # not the `random` module: notebooks seed it, and two would draw the same ports
+    for _ in range(50) if low > 11_000 else ():
+        port = draw.randrange(10_000, low)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 49152, 65535  # the IANA range, where /proc does not say (macOS, Windows)
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
