@@ -60,6 +60,11 @@ def _quiet_browser_pipe() -> Iterator[None]:
     """kaleido's Chrome driver (choreographer) logs "JSONError decoding message. Ignoring" with a traceback when a
     busy machine splits a message from Chrome; it does ignore it and the PNG is written. In a notebook that log is
     a red traceback under the figure, read as a failed cell: keep it out while exporting."""
+    try:  # its own module makes the logger (logistro's class, with levels logging's lacks); never create it first
+        import choreographer.channels.pipe  # noqa: F401
+    except ImportError:
+        yield
+        return
     logger = logging.getLogger("choreographer.channels.pipe")
     level = logger.level
     logger.setLevel(logging.CRITICAL)
