@@ -68,9 +68,9 @@ def test_vllms_own_kv_cache_manager_caches_what_the_lab_predicts(block_size):
     shared = [rng.randrange(3, 3000) for _ in range(300)]
     requests = [shared[:rng.randrange(0, 300)] + [rng.randrange(3, 3000) for _ in range(rng.randrange(1, 200))]
                 for _ in range(40)]
-    cached, seconds = vllm_internals.manager_replay(requests, block_size)
+    cached, _ = vllm_internals.manager_replay(requests, block_size)
     assert cached == PrefixCache(num_blocks=10_000, block_size=block_size).replay(requests)
-    assert sum(cached) > 0 and seconds > 0
+    assert sum(cached) > 0, "the streams share prefixes: some requests hit"
 
 
 def test_the_first_token_comes_out_of_the_prefill_step(llm):

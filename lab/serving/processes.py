@@ -132,17 +132,23 @@ def free_port(host: str = "127.0.0.1") -> int:
     health checks, before the server binds it ("Address already in use", seen with two workers)."""
     low = _ephemeral_range()[0]
     draw = random.SystemRandom()  # not the `random` module: notebooks seed it, and two would draw the same ports
-    for _ in range(50) if low > 11_000 else ():
-        port = draw.randrange(10_000, low)
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:
+    if low > 10_000:
+        for _ in range(50):
+            port = draw.randrange(10_000, low)
+            if _bindable(host, port):
+                return port
+    with socket.socket() as s:  # no room below the range: the kernel's choice
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def _ephemeral_range() -> tuple[int, int]:

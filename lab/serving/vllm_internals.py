@@ -216,8 +216,7 @@ def gpu_batch_defaults(device_name: str, memory_gib: float) -> dict[str, dict[st
     platform = type(current_platform)
     with mock.patch.object(platform, "get_device_total_memory", return_value=int(memory_gib * 2**30), create=True), \
             mock.patch.object(platform, "get_device_name", return_value=device_name, create=True), \
-            mock.patch.object(platform, "is_cpu", return_value=False), \
-            mock.patch.object(platform, "is_tpu", return_value=False):
+            mock.patch.object(platform, "is_cpu", return_value=False):
         batched_tokens, seqs = EngineArgs.get_batch_defaults(world_size=1)
     return {context.name: {"max_num_seqs": seqs[context], "max_num_batched_tokens": batched_tokens[context]}
             for context in seqs}
