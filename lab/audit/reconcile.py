@@ -1,0 +1,160 @@
+"""The attribution checked against the real engine: the trace replayed through `vllm serve`, read three ways.
+
+    check = reconcile(token_ids, misses)                  # misses = lab.audit.misses.attribute(...)
+    check.matching_share, check.table(), check.mismatches
+
+1. each request's `usage.prompt_tokens_details.cached_tokens`, against the attribution's cached tokens;
+2. the `/metrics` counters `vllm:prefix_cache_queries` and `vllm:prefix_cache_hits`, their change over the run;
+3. vLLM's KV events (`--kv-events-config`, read back from the publisher's replay socket after the run): the
+   blocks stored and removed, against the blocks the replay stored and every eviction the attribution blames.
+
+Each replica's requests run on one server in turn, its prefix cache emptied in between: replicas share nothing,
+so this is the fleet's behaviour replica by replica. Requests go one at a time, or `stagger_s` apart with all
+of them in flight at once (each still holds its place in the order, so the order the replay assumed is the
+order the engine saw). Every request asks for one token: a longer answer would fill and cache more blocks than
+the prompt's, which the replay does not model.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from lab.audit.misses import Misses
+
+FULL_HASHES = {"VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES": "0"}  # events carry whole hashes, as the lab computes them
+COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
+
+
+@dataclass
+class KVEvents:
+    """The blocks an engine reported storing and removing, in order."""
+    stored: list[bytes] = field(default_factory=list)
+    removed: list[bytes] = field(default_factory=list)
+    cleared: int = 0  # AllBlocksCleared: a reset of the prefix cache
+
+
+def kv_events_args(publish_port: int, replay_port: int) -> list[str]:
+    """Server flags that publish KV events over ZeroMQ and keep them for replay."""
+    config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{publish_port}",
+              "replay_endpoint": f"tcp://*:{replay_port}"}
+    return ["--kv-events-config", json.dumps(config)]
+
+
+def read_kv_events(replay_port: int, host: str = "127.0.0.1", timeout_s: float = 30.0) -> KVEvents:
+    """Every event batch the publisher still buffers, asked for from sequence 0 on its replay socket."""
+    import msgspec
+    import zmq
+    from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
+
+    decoder, events = msgspec.msgpack.Decoder(type=KVEventBatch), KVEvents()
+    with zmq.Context() as context, context.socket(zmq.DEALER) as socket:
+        socket.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
+        socket.connect(f"tcp://{host}:{replay_port}")
+        socket.send_multipart([b"", (0).to_bytes(8, "big")])
+        while True:
+            _, _topic, seq, payload = socket.recv_multipart()
+            if seq == (-1).to_bytes(8, "big", signed=True):  # the publisher's end-of-replay marker
+                return events
+            for event in decoder.decode(payload).events:
+                if isinstance(event, BlockStored):
+                    events.stored += event.block_hashes
+                elif isinstance(event, BlockRemoved):
+                    events.removed += event.block_hashes
+                elif isinstance(event, AllBlocksCleared):
+                    events.cleared += 1
+
+
+@dataclass
+class Reconciliation:
+    """The attribution beside the engine's three reports (see the module docstring)."""
+    requests: pd.DataFrame  # request, replica, predicted (the attribution's cached tokens), engine (usage)
+    counters: dict[str, tuple[float, float]]  # metric: (the run's change on /metrics, the sum over the usage)
+    blocks_stored: tuple[int, int]  # (predicted by the replay, BlockStored hashes)
+    evictions: tuple[int, int]  # (the replay's evictions, BlockRemoved hashes)
+    blamed_evictions_in_events: tuple[int, int]  # (evicted blocks the attribution blames, of those in BlockRemoved)
+    mode: str
+
+    @property
+    def matching_share(self) -> float:
+        return float((self.requests.predicted == self.requests.engine).mean())
+
+    @property
+    def mismatches(self) -> pd.DataFrame:
+        return self.requests[self.requests.predicted != self.requests.engine]
+
+    def table(self) -> pd.DataFrame:
+        """One row per check: what the lab predicted, what the engine reported."""
+        rows = [("requests whose cached tokens match", len(self.requests), int((self.requests.predicted ==
+                                                                                self.requests.engine).sum()))]
+        rows += [(f"{name} (change)", int(usage), int(metric)) for name, (metric, usage) in self.counters.items()]
+        rows += [("blocks stored (KV events)", *self.blocks_stored), ("blocks evicted (KV events)", *self.evictions),
+                 ("blamed evictions found in the events", *self.blamed_evictions_in_events)]
+        return pd.DataFrame(rows, columns=["check", "lab", "engine"]).assign(agree=lambda t: t.lab == t.engine)
+
+
+def _send_all(server, prompts: Sequence[Sequence[int]], salts: Sequence[str | None], stagger_s: float) -> list[int]:
+    """Cached tokens of each request as its usage reports them; one at a time, or each `stagger_s` after the
+    one before with all of them in flight together."""
+    from lab.serving.client import stream_completion
+
+    client = server.client()
+
+    def send(i: int) -> int:
+        extra = {"cache_salt": salts[i]} if salts[i] else {}
+        return stream_completion(client, server.model_name, list(prompts[i]), max_tokens=1, **extra).cached_tokens
+
+    if stagger_s <= 0:
+        return [send(i) for i in range(len(prompts))]
+    cached: list[int] = [0] * len(prompts)
+    threads = []
+    for i in range(len(prompts)):
+        threads.append(threading.Thread(target=lambda i=i: cached.__setitem__(i, send(i))))
+        threads[-1].start()
+        time.sleep(stagger_s)
+    for thread in threads:
+        thread.join()
+    return cached
+
+
+def reconcile(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Sequence[str | None] | None = None,
+              model: str | None = None, stagger_s: float = 0.0, server_environment: dict[str, str] | None = None
+              ) -> Reconciliation:
+    """Replay the trace on a real `vllm serve` with the attribution's block size and KV capacity (one server;
+    each replica's requests in turn, the cache emptied in between) and compare (see the module docstring)."""
+    from lab.serving.metrics import parse_metrics
+    from lab.serving.processes import free_port
+    from lab.serving.server import VLLMServer
+
+    salts = list(salts) if salts is not None else [None] * len(token_ids)
+    publish_port, replay_port = free_port(), free_port()
+    engine: dict[int, int] = {}
+    before_after = []
+    with VLLMServer(model, block_size=misses.block_size, dev_endpoints=True,
+                    engine_args={"num_gpu_blocks_override": misses.kv_tokens // misses.block_size + 1,
+                                 "max_model_len": max(map(len, token_ids)) + 1},  # vLLM wants room for one
+                    extra_args=kv_events_args(publish_port, replay_port),
+                    environment=FULL_HASHES | (server_environment or {})) as server:
+        for _, rows in misses.requests.groupby("replica", sort=True):
+            server.reset_prefix_cache()
+            index = rows.request.tolist()
+            first = parse_metrics(server.metrics_text())
+            cached = _send_all(server, [token_ids[i] for i in index], [salts[i] for i in index], stagger_s)
+            before_after.append((first, parse_metrics(server.metrics_text())))
+            engine |= dict(zip(index, cached))
+        events = read_kv_events(replay_port)
+    requests = misses.requests[["request", "replica", "prompt_tokens"]].assign(
+        predicted=misses.requests.cached_tokens, engine=misses.requests.request.map(engine))
+    usage = {COUNTERS[0]: requests.prompt_tokens.sum(), COUNTERS[1]: requests.engine.sum()}
+    counters = {name: (sum(after.get(name, 0) - before.get(name, 0) for before, after in before_after), usage[name])
+                for name in COUNTERS}
+    blamed = misses.evicted_hashes
+    return Reconciliation(requests, counters, (misses.blocks_stored, len(events.stored)),
+                          (misses.evictions, len(events.removed)),
+                          (len(blamed), len(blamed & set(events.removed))),
+                          "sequential" if stagger_s <= 0 else f"in flight ({stagger_s * 1000:.0f} ms apart)")
