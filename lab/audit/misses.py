@@ -50,6 +50,7 @@ CAUSES: dict[str, str] = {
     "cold": "text never seen before: no cache can serve it",
 }
 WINDOW = 16  # tokens in a row that count as text seen before (shorter matches are coincidence)
+STRIDE = 8  # windows kept every STRIDE tokens: a run seen before is found to within STRIDE tokens at each end
 _POWERS = np.array([pow(1_000_003, k, 1 << 64) for k in range(WINDOW - 1, -1, -1)], dtype=np.uint64)
 _CONTINUATIONS_KEPT = 4  # distinct next blocks remembered per (chain, first token): enough to find the longest
 
@@ -204,7 +205,7 @@ def attribute(token_ids: Sequence[Sequence[int]], *, block_size: int, kv_tokens:
                     | causes | {"shared_prefix": shared_prefix})
         first_new = seen.shared_blocks(unsalted)
         seen.remember(ids, block_size, unsalted, salted, replica, first_new)
-        seen.windows.update(windows[first_new * block_size::WINDOW].tolist())
+        seen.windows.update(windows[first_new * block_size::STRIDE].tolist())
     table = pd.DataFrame(rows)
     stored = int((table.prompt_tokens // block_size - table.cached_tokens // block_size).sum())
     return Misses(block_size, kv_tokens, replicas, table, evicted, sum(p.stats.evictions for p in pools), stored)
