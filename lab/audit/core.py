@@ -5,7 +5,7 @@
 
 PROMPTS is JSONL: one request per line, `{"prompt": "..."}` or `{"messages": [...]}` (rendered with the
 model's chat template), optionally with `arrival_s` (seconds; requests are replayed in that order) and
-`tenant` (or `user`). Every hit rate below is measured by replaying the token ids through the lab's
+`tenant` (or `user`) and `cache_salt`. Every hit rate below is measured by replaying the token ids through the lab's
 `PrefixCache` (vLLM V1's block pool) of a stated capacity, one request at a time in arrival order; the TTFT
 and throughput change is a projection from the lab's measured gain-vs-hit-rate curve, and a short run on the
 real engine confirms it on a sample.
@@ -24,9 +24,11 @@ import pandas as pd
 
 from lab.audit.fields import Divergence, Field, breaking_fields, where_prompts_diverge
 from lab.audit.fleet import FleetAdvice, SaltCost, fleet_policies, salt_cost
+from lab.audit.misses import attribute
 from lab.audit.projection import Confirmation, Projection, confirm_on_engine, gain_curve, project
 from lab.audit.prompts import DEFAULT_KV_TOKENS, Prompts, load_tokenizer, read_prompts
 from lab.audit.replay import check_capacity, radix_hit_rate, replay_hit_rate
+from lab.audit.what_ifs import divergence_points, what_ifs
 from lab.checks import positive_int
 from lab.serving.engine_settings import accepted_block_sizes
 
@@ -52,6 +54,10 @@ class AuditResult:
     radix_hit_rate: float
     recommended_block_size: int
     divergence: Divergence
+    misses: pd.DataFrame  # cause, tokens, share, meaning: every prompt token, cached or why not (lab.audit.misses)
+    what_ifs: pd.DataFrame  # cause, change, hit_rate, gain_points: each cause taken away, replayed
+    divergence_points: pd.DataFrame  # requests, other_prefix_tokens, position, excerpt
+    fleet_misses: pd.DataFrame | None  # the same causes across the replicas, routed by the recommended policy
     fields: list[Field]
     field_sample: int  # prompts the field search read
     projection: Projection
@@ -77,7 +83,9 @@ class AuditResult:
                 return [plain(v) for v in value]
             return value
 
-        return plain(self) | {"skipped_lines": len(self.skipped)}
+        summary = plain(self) | {"skipped_lines": len(self.skipped)}
+        del summary["fleet"]["routes"]  # one entry per prompt: in the report's tables, not its summary
+        return summary
 
 
 def _sample(prompts: Prompts, size: int) -> tuple[list[str], list[list[int]], list[str | None]]:
@@ -125,6 +133,11 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
     lap("read and tokenize")
     hit_rates, rates, radix, best_size = _hit_rates(prompts, block_sizes, kv_tokens, progress)
     lap("hit rates")
+    salts = prompts.salts if any(prompts.salts) else None
+    misses = attribute(prompts.token_ids, block_size=best_size, kv_tokens=kv_tokens, salts=salts, progress=progress)
+    changes = what_ifs(prompts.token_ids, misses, salts=salts, block_sizes=block_sizes or accepted_block_sizes())
+    points = divergence_points(prompts.token_ids, misses, tokenizer.decode)
+    lap("why it missed")
     texts, ids, tenants = _sample(prompts, field_sample)
     divergence = where_prompts_diverge(texts)
     fields = breaking_fields(texts, tokenizer, best_size, kv_tokens)
@@ -136,6 +149,8 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
     lap("projection and confirmation")
     _, fleet_ids, fleet_tenants = _sample(prompts, fleet_sample)
     fleet = fleet_policies(fleet_ids, fleet_tenants, replicas, best_size, kv_tokens, progress=progress)
+    fleet_misses = attribute(fleet_ids, block_size=best_size, kv_tokens=kv_tokens, replicas=replicas,
+                             replica_of=fleet.routes).table() if replicas > 1 else None
     lap("fleet")
     salt = salt_cost(prompts.token_ids, prompts.tenants, best_size, kv_tokens)
     lap("tenant salt")
@@ -144,7 +159,8 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
         file=prompts.path, prompts=len(prompts.token_ids), skipped=prompts.skipped, tokenizer=str(model or "the lab's model"),
         prompt_tokens=PromptLengths(float(lengths.mean()), float(lengths.median()), int(lengths.max())),
         kv_tokens=kv_tokens, hit_rates=hit_rates, hit_rate_by_block_size={int(s): r for s, r in rates.items()},
-        radix_hit_rate=radix, recommended_block_size=best_size, divergence=divergence, fields=fields,
+        radix_hit_rate=radix, recommended_block_size=best_size, divergence=divergence, misses=misses.table(),
+        what_ifs=changes, divergence_points=points, fleet_misses=fleet_misses, fields=fields,
         field_sample=len(texts), projection=project(rates[best_size], curve),
         after_moving_fields=project(fields[-1].hit_rate_after, curve) if fields else None,
         curve_run=curve_meta["run_id"], curve_measured_on=curve_meta["environment"]["device"],

@@ -70,7 +70,7 @@ def _line_at(text: str, position: int) -> tuple[int, int]:
     return start, len(text) if end == -1 else end
 
 
-def _label(line_prefix: str) -> str:
+def line_label(line_prefix: str) -> str:
     """A field's name: the fixed text of its line up to its label's colon, or the words before the value."""
     colon = line_prefix.find(":")
     if colon != -1 and not re.search(r"\d", line_prefix[:colon]):
@@ -102,7 +102,7 @@ def find_breaking_field(texts: Sequence[str], min_share: float = 0.2,
         start, end = _line_at(text, point)
         if point >= len(text) or all(line.startswith(tuple(moved)) for line in text[end + 1:].split("\n") if line):
             continue
-        label = _label(text[start:point])
+        label = line_label(text[start:point])
         found[label] += 1
         values.setdefault(label, []).append(text[start + len(label):end].strip())
         where.setdefault(label, []).append(text[:point])
@@ -126,7 +126,7 @@ def where_prompts_diverge(texts: Sequence[str], top: int = 3) -> Divergence:
     """Where prompts stop sharing with the prompt most like them: the median share of a prompt's characters
     that come before that point, and the most common line labels there (with the number of prompts)."""
     points = divergence_points(texts)
-    labels = Counter(_label(t[_line_at(t, p)[0]:p]) for t, p in zip(texts, points) if p < len(t))
+    labels = Counter(line_label(t[_line_at(t, p)[0]:p]) for t, p in zip(texts, points) if p < len(t))
     return Divergence(float(np.median([p / len(t) for t, p in zip(texts, points)])), labels.most_common(top))
 
 

@@ -20,6 +20,7 @@ class FleetAdvice:
     sample: int
     recommended_policy: str
     policies: pd.DataFrame  # policy, fleet_hit_rate, imbalance, session_key
+    routes: list[int]  # the replica the recommended policy chose for each request
 
 
 @dataclass
@@ -43,17 +44,19 @@ def fleet_policies(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | N
 
     keys = list(tenants) if all(t is not None for t in tenants) else None
     runs = [(policy, threshold) for policy in POLICIES for threshold in (THRESHOLDS if policy == "cache_aware" else (None,))]
-    rows = []
+    rows, routes = [], {}
     for policy, threshold in tqdm(runs, desc="simulating policies", disable=not progress, leave=False):
         knobs = CacheAwareKnobs(cache_threshold=threshold) if threshold is not None else None
         sim = FleetSim(replicas, policy, kv_blocks=kv_tokens // block_size, block_size=block_size, knobs=knobs)
-        s = summarize_sim(sim.run(token_ids, concurrency=2 * replicas,
-                                  keys=keys if policy == "consistent_hash" else None), replicas)
+        routed = sim.run(token_ids, concurrency=2 * replicas, keys=keys if policy == "consistent_hash" else None)
+        s = summarize_sim(routed, replicas)
         name = policy if threshold is None else f"cache_aware --cache-threshold {threshold}"
+        routes[name] = routed.replica.tolist()
         rows.append({"policy": name, "fleet_hit_rate": s.fleet_hit_rate, "imbalance": s.imbalance,
                      "session_key": "tenant" if policy == "consistent_hash" and keys else ""})
     table = pd.DataFrame(rows)
-    return FleetAdvice(replicas, len(token_ids), _recommend(table, max_imbalance), table)
+    recommended = _recommend(table, max_imbalance)
+    return FleetAdvice(replicas, len(token_ids), recommended, table, routes[recommended])
 
 
 def _recommend(table: pd.DataFrame, max_imbalance: float) -> str:

@@ -24,6 +24,7 @@ class Prompts:
     token_ids: list[list[int]]
     lines: list[int]
     tenants: list[str | None]
+    salts: list[str | None]  # each request's cache_salt, if the file gives one
     skipped: list[str] = field(default_factory=list)  # one message per bad line skipped with skip_bad
 
 
@@ -62,12 +63,17 @@ def _record_text(record: object, tokenizer, where: str) -> tuple[str, bool]:
 def _parse_lines(path: Path, tokenizer, skip_bad: bool) -> tuple[list[dict], list[str]]:
     """One entry per good line: text, line number, arrival time, tenant, and whether it is a chat."""
     good, skipped = [], []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
             where = f"{path}:{number}"
             try:
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise AuditInputError(f"{where}: not UTF-8 (byte {error.start + 1} of the line is "
+                                          f"{raw[error.start:error.start + 1]!r}); save the file as UTF-8") from None
+                if not line.strip():
+                    continue
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as error:
@@ -77,9 +83,11 @@ def _parse_lines(path: Path, tokenizer, skip_bad: bool) -> tuple[list[dict], lis
                 arrival = record.get("arrival_s")
                 if arrival is not None and not isinstance(arrival, (int, float)):
                     raise AuditInputError(f"{where}: 'arrival_s' must be a number of seconds, not {arrival!r}")
-                tenant = record.get("tenant", record.get("user"))
+                tenant, salt = record.get("tenant", record.get("user")), record.get("cache_salt")
+                if salt is not None and (not isinstance(salt, str) or not salt):
+                    raise AuditInputError(f"{where}: 'cache_salt' must be a non-empty string, not {salt!r}")
                 good.append({"text": text, "line": number, "arrival_s": arrival, "chat": chat,
-                             "tenant": None if tenant is None else str(tenant)})
+                             "tenant": None if tenant is None else str(tenant), "salt": salt})
             except AuditInputError as error:
                 if not skip_bad:
                     raise AuditInputError(f"{error} (--skip-bad skips bad lines and counts them)") from None
@@ -125,7 +133,7 @@ def read_prompts(path: str | Path, tokenizer, *, max_model_len: int | None = Non
     if not kept:
         raise AuditInputError(f"{path}: nothing to audit, every prompt is longer than the model's context of {limit}")
     return Prompts(str(path), [g["text"] for g, _ in kept], [ids for _, ids in kept], [g["line"] for g, _ in kept],
-                   [g["tenant"] for g, _ in kept], skipped)
+                   [g["tenant"] for g, _ in kept], [g["salt"] for g, _ in kept], skipped)
 
 
 def encode(tokenizer, texts: Sequence[str]) -> list[list[int]]:

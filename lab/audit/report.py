@@ -18,13 +18,18 @@ from lab.experiments.results import write_atomically
 
 
 def figures(result: AuditResult) -> dict[str, object]:
-    """The report's figures: hit rate by block size, each field's rewrite, the fleet's policies."""
-    figs = {"Token hit rate by block size": px.bar(
+    """The report's figures: uncached tokens by cause, hit rate by block size, each field's rewrite, the fleet."""
+    misses = result.misses[result.misses.cause != "cached"]
+    figs = {"Why prompt tokens missed": px.bar(
+        misses, x="cause", y="tokens", text_auto=",", hover_data=["meaning"],
+        labels={"tokens": "uncached prompt tokens", "cause": ""},
+        title=f"Every uncached token, one cause each (block size {result.recommended_block_size})")}
+    figs["Token hit rate by block size"] = px.bar(
         result.hit_rates, x="cache", y="hit_rate", text_auto=".1%", labels={"hit_rate": "token hit rate", "cache": ""},
-        title=f"Replayed through a cache of {result.kv_tokens:,} tokens, in arrival order")}
+        title=f"Replayed through a cache of {result.kv_tokens:,} tokens, in arrival order")
     if result.fields:
         steps = pd.DataFrame([{"step": "as written", "hit_rate": result.fields[0].hit_rate_before}]
-                             + [{"step": f"'{f.label}' moved to the end", "hit_rate": f.hit_rate_after}
+                             + [{"step": f"'{short(f.label)}' moved to the end", "hit_rate": f.hit_rate_after}
                                 for f in result.fields])
         figs["What moving each field does"] = px.bar(steps, x="step", y="hit_rate", text_auto=".1%",
                                                     labels={"hit_rate": "token hit rate", "step": ""},
@@ -37,21 +42,74 @@ def figures(result: AuditResult) -> dict[str, object]:
     return figs
 
 
-def to_html(result: AuditResult) -> str:
-    """One page: the terminal summary, then every section's table and figure."""
-    parts = [f"<h1>Prefix-cache audit: {html.escape(Path(result.file).name)}</h1>",
-             f"<pre>{html.escape(terminal_summary(result))}</pre>"]
-    for i, (title, fig) in enumerate(figures(result).items()):
+def short(label: str, width: int = 40) -> str:
+    """A label on one line, at most `width` characters (the end kept: it is next to the value)."""
+    flat = label.replace("\n", "⏎")
+    return flat if len(flat) <= width else "…" + flat[-width:]
+
+
+def changes_worth_making(result: AuditResult, min_points: float = 1.0, top: int = 2) -> list[str]:
+    """The changes that raise the hit rate by `min_points` or more, the largest first, each with what it buys."""
+    found = [(100 * (f.hit_rate_after - f.hit_rate_before),
+              f"move '{short(f.label)}' ({f.kind}) to the end of the prompt: hit rate {f.hit_rate_before:.1%} -> "
+              f"{f.hit_rate_after:.1%} (replayed on the first {result.field_sample:,} prompts)") for f in result.fields]
+    found += [(row.gain_points, f"{row.change}: hit rate -> {row.hit_rate:.1%} ({row.gain_points:+.1f} points, "
+               f"removes '{row.cause}')") for row in result.what_ifs.itertuples()
+              if not row.change.startswith("bound")]
+    return [text for points, text in sorted(found, key=lambda f: -f[0]) if points >= min_points][:top]
+
+
+def verdict(result: AuditResult) -> list[str]:
+    """What an engineer acts on, in a few lines: the hit rate, the gain, the changes worth making."""
+    r, p = result, result.projection
+    lines = [f"Prefix caching serves {r.hit_rate_by_block_size[r.recommended_block_size]:.1%} of these "
+             f"{r.prompts:,} prompts' tokens at block size {r.recommended_block_size} "
+             f"(KV capacity {r.kv_tokens:,} tokens).",
+             f"Projected: throughput x{p.throughput_gain:.2f}, mean TTFT {p.ttft_change:+.0%}"
+             + (f"; measured on the engine (first {r.confirmation.prompts} prompts): "
+                f"x{r.confirmation.throughput_gain:.2f}, {r.confirmation.ttft_change:+.0%}." if r.confirmation else ".")]
+    changes = changes_worth_making(result)
+    lines += [f"Worth changing: {c}" for c in changes] or ["Nothing worth changing: no change found raises the hit "
+                                                           "rate by a point or more."]
+    return lines
+
+
+STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+.verdict{background:#f3f7ff;border-left:5px solid #3867d6;padding:.6em 1.2em;font-size:1.08em}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border-bottom:1px solid #ddd;padding:.3em .7em;text-align:left}
+th{background:#fafafa}code{background:#f4f4f4;padding:0 .2em}small{color:#666}"""
+
+
+def _table(frame: pd.DataFrame) -> str:
+    return frame.to_html(index=False, float_format="{:.4f}".format, border=0, escape=True)
+
+
+def to_html(result: AuditResult, json_name: str | None = None) -> str:
+    """One page: the verdict first, then the evidence (why tokens missed, where prompts diverge, what each
+    change does, block sizes, fields, routing), each with its table or figure."""
+    r, figs = result, figures(result)
+    parts = [f"<h1>Prefix-cache audit: {html.escape(Path(r.file).name)}</h1>",
+             "<div class='verdict'>" + "".join(f"<p>{html.escape(line)}</p>" for line in verdict(r)) + "</div>"]
+    for i, (title, fig) in enumerate(figs.items()):
         parts += [f"<h2>{html.escape(title)}</h2>", fig.to_html(full_html=False, include_plotlyjs=(i == 0))]
-    parts += ["<h2>Hit rates</h2>", result.hit_rates.to_html(index=False, float_format="{:.4f}".format)]
-    if result.fields:
-        parts += ["<h2>What breaks sharing</h2>",
-                  pd.DataFrame([vars(f) for f in result.fields]).to_html(index=False, float_format="{:.4f}".format)]
-    parts += ["<h2>Routing policies (simulated)</h2>",
-              result.fleet.policies.to_html(index=False, float_format="{:.4f}".format),
-              "<h2>Summary (JSON)</h2>", f"<pre>{html.escape(json.dumps(result.to_json(), indent=1, default=str))}</pre>"]
-    return "<!doctype html><html><head><meta charset='utf-8'><title>Prefix-cache audit</title></head><body>" + \
-        "\n".join(parts) + "</body></html>\n"
+        if i == 0:
+            parts += [_table(r.misses), "<h3>Where prompts stopped sharing text seen again later</h3>",
+                      _table(r.divergence_points) if len(r.divergence_points) else "<p>Nowhere: no text came back "
+                      "behind a different prefix.</p>", "<h3>Each cause taken away (replayed)</h3>",
+                      _table(r.what_ifs) if len(r.what_ifs) else "<p>No cause that a change removes.</p>",
+                      "<p><small>No miss is blamed on requests in flight: vLLM V1 registers a block when it schedules "
+                      "it, so a request arriving while another computes the same prefix shares it.</small></p>"]
+    if r.fields:
+        parts += ["<h2>Fields that break sharing</h2>", _table(pd.DataFrame([vars(f) for f in r.fields]))]
+    parts += ["<h2>Routing policies (simulated)</h2>", _table(r.fleet.policies)]
+    if r.fleet_misses is not None:
+        parts += [f"<h3>Why tokens missed across {r.fleet.replicas} replicas ({html.escape(r.fleet.recommended_policy)})"
+                  "</h3>", _table(r.fleet_misses)]
+    parts += ["<h2>Summary</h2>", f"<pre>{html.escape(terminal_summary(r))}</pre>"]
+    if json_name:
+        parts.append(f"<p>Every number above, as JSON: <a href='{html.escape(json_name)}'>{html.escape(json_name)}</a></p>")
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>Prefix-cache audit</title>"
+            f"<style>{STYLE}</style></head><body>" + "\n".join(parts) + "</body></html>\n")
 
 
 def audit_dir() -> Path:
@@ -65,25 +123,31 @@ def write_report(result: AuditResult, out_dir: str | Path | None = None) -> list
     out.mkdir(parents=True, exist_ok=True)
     stem = f"audit-{Path(result.file).stem}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
     page, summary = out / f"{stem}.html", out / f"{stem}.json"
-    write_atomically(page, to_html(result))
+    write_atomically(page, to_html(result, summary.name))
     write_atomically(summary, json.dumps(result.to_json(), indent=1, default=str) + "\n")
     return [page, summary]
 
 
 def terminal_summary(result: AuditResult) -> str:
-    """A short plain-text summary of an audit."""
+    """A short plain-text summary of an audit: the verdict, then the evidence."""
     r = result
     rates = ", ".join(f"{size}: {rate:.1%}" for size, rate in r.hit_rate_by_block_size.items())
-    where = ", ".join(f"'{label}' ({n})" for label, n in r.divergence.labels)
-    lines = [f"{r.file}: {r.prompts:,} prompts ({len(r.skipped)} bad lines skipped), {r.prompt_tokens.mean:.0f} tokens "
+    lines = verdict(r) + ["",
+             f"{r.file}: {r.prompts:,} prompts ({len(r.skipped)} bad lines skipped), {r.prompt_tokens.mean:.0f} tokens "
              f"on average; KV capacity {r.kv_tokens:,} tokens",
              f"  token hit rate by block size: {rates}; radix tree {r.radix_hit_rate:.1%}",
              f"  recommended block size: {r.recommended_block_size}",
-             f"  prompts share a median {r.divergence.median_shared_fraction:.0%} of their text with their closest "
-             f"neighbour before diverging, most often at: {where}"]
-    lines += [f"  breaks sharing: '{f.label}' ({f.kind}, e.g. {f.examples[0]!r}) about {f.median_token_position} tokens "
-              f"in, in {f.prompts} prompts; moved to the end: {f.hit_rate_before:.1%} -> {f.hit_rate_after:.1%}"
-              for f in r.fields] or ["  breaks sharing: no field whose move to the end raises the hit rate by a point or more"]
+             "  why the rest missed: " + ", ".join(f"{row.cause} {row.share:.1%}" for row in r.misses.itertuples()
+                                                   if row.cause != "cached" and row.tokens)]
+    lines += [f"    if {row.change}: {row.hit_rate:.1%} ({row.gain_points:+.1f} points)" for row in r.what_ifs.itertuples()]
+    lines += [f"  stopped sharing at token {row.position} in {row.requests} prompts: {row.excerpt}"
+              for row in r.divergence_points.itertuples()]
+    lines.append(f"  prompts share a median {r.divergence.median_shared_fraction:.0%} of their text with their closest "
+                 "neighbour before diverging")
+    lines += [f"  breaks sharing: '{short(f.label)}' ({f.kind}, e.g. {short(f.examples[0])!r}) about "
+              f"{f.median_token_position} tokens in, in {f.prompts} prompts; moved to the end: {f.hit_rate_before:.1%} "
+              f"-> {f.hit_rate_after:.1%}" for f in r.fields] or \
+        ["  breaks sharing: no field whose move to the end raises the hit rate by a point or more"]
     lines.append(_projection_line(r))
     if c := r.confirmation:
         lines.append(f"  measured on the engine, first {c.prompts} prompts: hit rate {c.hit_rate:.1%}, throughput "
