@@ -6,9 +6,10 @@
 PROMPTS is JSONL: one request per line, `{"prompt": "..."}` or `{"messages": [...]}` (rendered with the
 model's chat template), optionally with `arrival_s` (seconds; requests are replayed in that order) and
 `tenant` (or `user`) and `cache_salt`. Every hit rate below is measured by replaying the token ids through the lab's
-`PrefixCache` (vLLM V1's block pool) of a stated capacity, one request at a time in arrival order; the TTFT
-and throughput change is a projection from the lab's measured gain-vs-hit-rate curve, and a short run on the
-real engine confirms it on a sample.
+`PrefixCache` (vLLM V1's block pool) of a stated capacity, one request at a time in arrival order, and every
+uncached token is given its cause (lab.audit.misses); the TTFT and throughput change is the engine's cost
+model (lab.experiments.cost_model) applied to each request's cached tokens, and a short run on the real
+engine confirms it on a sample.
 """
 
 
@@ -22,14 +23,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.audit.fields import Divergence, Field, breaking_fields, where_prompts_diverge
+from lab.audit.fields import Divergence, Field, breaking_fields, move_line_to_end, where_prompts_diverge
 from lab.audit.fleet import FleetAdvice, SaltCost, fleet_policies, salt_cost
 from lab.audit.misses import attribute
-from lab.audit.projection import Confirmation, Projection, confirm_on_engine, gain_curve, project
-from lab.audit.prompts import DEFAULT_KV_TOKENS, Prompts, load_tokenizer, read_prompts
+from lab.audit.projection import Confirmation, Projection, confirm_on_engine, project
+from lab.audit.prompts import DEFAULT_KV_TOKENS, Prompts, encode, load_tokenizer, read_prompts
 from lab.audit.replay import check_capacity, radix_hit_rate, replay_hit_rate
 from lab.audit.what_ifs import divergence_points, what_ifs
 from lab.checks import positive_int
+from lab.core.prefix_cache import PrefixCache
+from lab.experiments.cost_model import fitted
 from lab.serving.engine_settings import accepted_block_sizes
 
 
@@ -60,10 +63,10 @@ class AuditResult:
     fleet_misses: pd.DataFrame | None  # the same causes across the replicas, routed by the recommended policy
     fields: list[Field]
     field_sample: int  # prompts the field search read
-    projection: Projection
+    projection: Projection | None  # None: no cost model for this model and back-end (and no engine run to fit one)
     after_moving_fields: Projection | None
-    curve_run: str  # the results run of the gain curve projected from
-    curve_measured_on: str
+    cost_model_run: str  # the results run of the cost model projected with
+    cost_model_fitted_on: str
     confirmation: Confirmation | None
     fleet: FleetAdvice
     tenant_salt: SaltCost | None
@@ -118,12 +121,26 @@ def _hit_rates(prompts: Prompts, block_sizes: Sequence[int] | None, kv_tokens: i
     return table, rates, radix, max(sizes, key=lambda s: (round(rates[s], 3), s))
 
 
+def _after_moving(fields: list[Field], texts: list[str], tokenizer, block_size: int, kv_tokens: int,
+                  cost_model, output_tokens: int) -> Projection | None:
+    """The projection for the sampled prompts with every breaking field moved to the end."""
+    if not fields:
+        return None
+    for field in fields:
+        texts = [move_line_to_end(t, field.label) for t in texts]
+    ids = encode(tokenizer, texts)
+    cached = PrefixCache(num_blocks=kv_tokens // block_size, block_size=block_size).replay(ids)
+    return project(cost_model, list(map(len, ids)), cached, output_tokens)
+
+
 def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAULT_KV_TOKENS,
           block_sizes: Sequence[int] | None = None, replicas: int = 4, confirm: int = 32, field_sample: int = 2000,
-          fleet_sample: int = 20_000, skip_bad: bool = False, progress: bool = True) -> AuditResult:
+          fleet_sample: int = 20_000, output_tokens: int = 8, skip_bad: bool = False,
+          progress: bool = True) -> AuditResult:
     """Every section of the report for one prompts file (see the module docstring). `confirm` prompts run
-    on the real engine (0: no engine); the field search and the fleet simulation use the first
-    `field_sample` and `fleet_sample` prompts, and say so."""
+    on the real engine (0: no engine; with an engine, a cost model is fitted first if this model and back-end
+    have none); the field search, the fleet simulation and the projection use the first `field_sample`,
+    `fleet_sample` and `fleet_sample` prompts, and say so. Projections assume `output_tokens` per answer."""
     positive_int("replicas", replicas, "a positive number of replicas, e.g. 4")
     positive_int("kv_tokens", kv_tokens, "your engine's KV capacity in tokens, e.g. 100000")
     lap = Laps()
@@ -142,10 +159,17 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
     divergence = where_prompts_diverge(texts)
     fields = breaking_fields(texts, tokenizer, best_size, kv_tokens)
     lap("what breaks sharing")
-    curve, curve_meta = gain_curve()
-    confirmation = confirm_on_engine(prompts.token_ids, model, best_size, confirm) if confirm else None
-    if confirmation:
-        confirmation.projected = project(confirmation.hit_rate, curve)
+    fit = fitted(model, calibrate_if_missing=confirm > 0)
+    cost_model, fit_meta = fit if fit else (None, {"run_id": "", "environment": {"device": ""}})
+    projection = moved = confirmation = None
+    if cost_model:
+        rows = misses.requests.head(fleet_sample)
+        projection = project(cost_model, rows.prompt_tokens, rows.cached_tokens, output_tokens)
+        moved = _after_moving(fields, texts, tokenizer, best_size, kv_tokens, cost_model, output_tokens)
+    if confirm:
+        confirmation = confirm_on_engine(prompts.token_ids, model, best_size, confirm, max_tokens=output_tokens)
+        rows = misses.requests.head(confirmation.prompts)
+        confirmation.projected = project(cost_model, rows.prompt_tokens, rows.cached_tokens, output_tokens)
     lap("projection and confirmation")
     _, fleet_ids, fleet_tenants = _sample(prompts, fleet_sample)
     fleet = fleet_policies(fleet_ids, fleet_tenants, replicas, best_size, kv_tokens, progress=progress)
@@ -161,7 +185,6 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
         kv_tokens=kv_tokens, hit_rates=hit_rates, hit_rate_by_block_size={int(s): r for s, r in rates.items()},
         radix_hit_rate=radix, recommended_block_size=best_size, divergence=divergence, misses=misses.table(),
         what_ifs=changes, divergence_points=points, fleet_misses=fleet_misses, fields=fields,
-        field_sample=len(texts), projection=project(rates[best_size], curve),
-        after_moving_fields=project(fields[-1].hit_rate_after, curve) if fields else None,
-        curve_run=curve_meta["run_id"], curve_measured_on=curve_meta["environment"]["device"],
+        field_sample=len(texts), projection=projection, after_moving_fields=moved,
+        cost_model_run=fit_meta["run_id"], cost_model_fitted_on=fit_meta["environment"]["device"],
         confirmation=confirmation, fleet=fleet, tenant_salt=salt, seconds=lap.seconds)

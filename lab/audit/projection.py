@@ -1,22 +1,25 @@
-"""What caching would do to throughput and TTFT: a projection from the lab's measured gain curve, and a short
-confirmation on the real engine."""
+"""What caching would do to throughput and TTFT: the engine's cost model (lab.experiments.cost_model) applied to
+the trace's own cached tokens per request, and a short confirmation on the real engine."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-import pandas as pd
+from lab.experiments.cost_model import CostModel
 
 
 @dataclass
 class Projection:
-    """Throughput gain and mean TTFT change the lab's curve gives at `hit_rate` (a projection, not a measurement)."""
+    """Throughput gain and mean TTFT change the cost model gives for a trace (a projection, not a measurement):
+    cached prefill costs nothing and all else (steps, decoding, uncached prefill) stays. `naive_bound` is
+    1 / (1 - hit rate), the gain if prefill were all the work."""
     hit_rate: float
     throughput_gain: float
     ttft_change: float
-    within_measured_range: bool
+    naive_bound: float
+    prompts: int
+    output_tokens: int
 
 
 @dataclass
@@ -28,25 +31,16 @@ class Confirmation:
     ttft_change: float
     mean_ttft_ms_off: float
     mean_ttft_ms_on: float
-    projected: Projection | None = None  # what the curve gives at this run's hit rate
+    projected: Projection | None = None  # the cost model's projection for these prompts
 
 
-def gain_curve() -> tuple[pd.DataFrame, dict]:
-    """The lab's measured throughput gain and TTFT change against the token hit rate: notebook 10's newest
-    results in the results folder in use, else the committed canonical run."""
-    from lab.experiments.results import load_latest_or_canonical
-
-    return load_latest_or_canonical("10_capacity-gain")
-
-
-def project(hit_rate: float, curve: pd.DataFrame) -> Projection:
-    """Throughput gain and mean TTFT change at `hit_rate`, interpolated along the measured curve (its
-    ends held beyond the measured range, and said so)."""
-    curve = curve.sort_values("hit_rate")
-    rates = curve.hit_rate.to_numpy(float)
-    return Projection(hit_rate, float(np.interp(hit_rate, rates, curve.throughput_gain.to_numpy(float))),
-                      float(np.interp(hit_rate, rates, curve.ttft_change.to_numpy(float))),
-                      bool(rates.min() <= hit_rate <= rates.max()))
+def project(model: CostModel, prompt_tokens: Sequence[int], cached_tokens: Sequence[int],
+            output_tokens: int = 8) -> Projection:
+    """The cost model's projection for requests all submitted at once, each answering `output_tokens`."""
+    hit_rate = sum(cached_tokens) / sum(prompt_tokens)
+    p = model.project(prompt_tokens, cached_tokens, output_tokens)
+    return Projection(hit_rate, p["throughput_gain"], p["ttft_change"], 1 / max(1 - hit_rate, 1e-9),
+                      len(prompt_tokens), output_tokens)
 
 
 def confirm_on_engine(token_ids: Sequence[Sequence[int]], model: str | None, block_size: int, sample: int,

@@ -11,16 +11,17 @@
 Each replica's requests run on one server in turn, its prefix cache emptied in between: replicas share nothing,
 so this is the fleet's behaviour replica by replica. Requests go one at a time, or `stagger_s` apart with all
 of them in flight at once (each still holds its place in the order, so the order the replay assumed is the
-order the engine saw). Every request asks for one token: a longer answer would fill and cache more blocks than
-the prompt's, which the replay does not model.
+order the engine saw: `waves`; one-token requests open the connections first, `_open`). Every request asks for
+one token: a longer answer would fill and cache more blocks than the prompt's, which the replay does not model.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -73,7 +74,8 @@ def read_kv_events(replay_port: int, host: str = "127.0.0.1", timeout_s: float =
 @dataclass
 class Reconciliation:
     """The attribution beside the engine's three reports (see the module docstring)."""
-    requests: pd.DataFrame  # request, replica, predicted (the attribution's cached tokens), engine (usage)
+    requests: pd.DataFrame  # request, replica, predicted (the attribution's cached tokens), engine (usage),
+    #                         sent_s, answered_s (on one clock)
     counters: dict[str, tuple[float, float]]  # metric: (the run's change on /metrics, the sum over the usage)
     blocks_stored: tuple[int, int]  # (predicted by the replay, BlockStored hashes)
     evictions: tuple[int, int]  # (the replay's evictions, BlockRemoved hashes)
@@ -98,42 +100,58 @@ class Reconciliation:
         return pd.DataFrame(rows, columns=["check", "lab", "engine"]).assign(agree=lambda t: t.lab == t.engine)
 
 
-def _send_all(server, prompts: Sequence[Sequence[int]], salts: Sequence[str | None], stagger_s: float) -> list[int]:
-    """Cached tokens of each request as its usage reports them; one at a time, or each `stagger_s` after the
-    one before with all of them in flight together."""
+def _open(pool, client, server, connections: int) -> None:
+    """One-token requests, `connections` at once: the pool's threads and the client's connections exist before the
+    first wave, so the first request of a wave is not overtaken by the next while it connects. They fill no block."""
     from lab.serving.client import stream_completion
 
-    client = server.client()
+    for future in [pool.submit(stream_completion, client, server.model_name, [1], max_tokens=1)
+                   for _ in range(connections)]:
+        future.result()
 
-    def send(i: int) -> int:
+
+def _send_all(pool, client, server, prompts: Sequence[Sequence[int]], salts: Sequence[str | None],
+              waves: Sequence[int], stagger_s: float) -> list[tuple[int, float, float]]:
+    """Cached tokens of each request as its usage reports them, and when it was sent and answered (seconds).
+    Consecutive requests of one wave are sent `stagger_s` apart and are in flight together; the next wave
+    starts when they have all been answered. A failed request raises."""
+    from itertools import groupby
+
+    from lab.serving.client import stream_completion
+
+    def send(i: int) -> tuple[int, float, float]:
         extra = {"cache_salt": salts[i]} if salts[i] else {}
-        return stream_completion(client, server.model_name, list(prompts[i]), max_tokens=1, **extra).cached_tokens
+        sent = time.monotonic()
+        cached = stream_completion(client, server.model_name, list(prompts[i]), max_tokens=1, **extra).cached_tokens
+        return cached, sent, time.monotonic()
 
-    if stagger_s <= 0:
-        return [send(i) for i in range(len(prompts))]
-    cached: list[int] = [0] * len(prompts)
-    threads = []
-    for i in range(len(prompts)):
-        threads.append(threading.Thread(target=lambda i=i: cached.__setitem__(i, send(i))))
-        threads[-1].start()
-        time.sleep(stagger_s)
-    for thread in threads:
-        thread.join()
+    cached = []
+    for _, members in groupby(range(len(prompts)), key=waves.__getitem__):
+        futures = []
+        for i in members:
+            futures.append(pool.submit(send, i))
+            time.sleep(stagger_s)
+        cached += [future.result() for future in futures]
     return cached
 
 
 def reconcile(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Sequence[str | None] | None = None,
-              model: str | None = None, stagger_s: float = 0.0, server_environment: dict[str, str] | None = None
-              ) -> Reconciliation:
+              waves: Sequence[int] | None = None, stagger_s: float = 0.005, model: str | None = None,
+              server_environment: dict[str, str] | None = None) -> Reconciliation:
     """Replay the trace on a real `vllm serve` with the attribution's block size and KV capacity (one server;
-    each replica's requests in turn, the cache emptied in between) and compare (see the module docstring)."""
+    each replica's requests in turn, the cache emptied in between) and compare (see the module docstring).
+    `waves`: one number per request; consecutive requests with the same number are in flight together
+    (None: one request at a time)."""
     from lab.serving.metrics import parse_metrics
     from lab.serving.processes import free_port
     from lab.serving.server import VLLMServer
 
     salts = list(salts) if salts is not None else [None] * len(token_ids)
+    if any(s is not None and not (isinstance(s, str) and s) for s in salts):
+        raise ValueError("salts must be non-empty strings or None (a NaN from pandas is neither: convert it to None)")
+    waves = list(waves) if waves is not None else list(range(len(token_ids)))
     publish_port, replay_port = free_port(), free_port()
-    engine: dict[int, int] = {}
+    engine: dict[int, tuple[int, float, float]] = {}
     before_after = []
     with VLLMServer(model, block_size=misses.block_size, dev_endpoints=True,
                     engine_args={"num_gpu_blocks_override": misses.kv_tokens // misses.block_size + 1,
@@ -143,13 +161,18 @@ def reconcile(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Sequ
         for _, rows in misses.requests.groupby("replica", sort=True):
             server.reset_prefix_cache()
             index = rows.request.tolist()
-            first = parse_metrics(server.metrics_text())
-            cached = _send_all(server, [token_ids[i] for i in index], [salts[i] for i in index], stagger_s)
+            client, widest = server.client(), max(Counter(waves[i] for i in index).values())
+            with ThreadPoolExecutor(max_workers=widest) as pool:
+                _open(pool, client, server, widest)
+                first = parse_metrics(server.metrics_text())
+                cached = _send_all(pool, client, server, [token_ids[i] for i in index], [salts[i] for i in index],
+                                   [waves[i] for i in index], stagger_s)
             before_after.append((first, parse_metrics(server.metrics_text())))
             engine |= dict(zip(index, cached))
         events = read_kv_events(replay_port)
-    requests = misses.requests[["request", "replica", "prompt_tokens"]].assign(
-        predicted=misses.requests.cached_tokens, engine=misses.requests.request.map(engine))
+    answers = pd.DataFrame.from_dict(engine, orient="index", columns=["engine", "sent_s", "answered_s"])
+    requests = misses.requests[["request", "replica", "prompt_tokens"]].assign(predicted=misses.requests.cached_tokens)
+    requests = requests.join(answers, on="request")
     usage = {COUNTERS[0]: requests.prompt_tokens.sum(), COUNTERS[1]: requests.engine.sum()}
     counters = {name: (sum(after.get(name, 0) - before.get(name, 0) for before, after in before_after), usage[name])
                 for name in COUNTERS}
@@ -157,4 +180,4 @@ def reconcile(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Sequ
     return Reconciliation(requests, counters, (misses.blocks_stored, len(events.stored)),
                           (misses.evictions, len(events.removed)),
                           (len(blamed), len(blamed & set(events.removed))),
-                          "sequential" if stagger_s <= 0 else f"in flight ({stagger_s * 1000:.0f} ms apart)")
+                          f"{len(set(waves))} waves for {len(waves)} requests, in a wave {stagger_s * 1000:.0f} ms apart")

@@ -55,19 +55,20 @@ def changes_worth_making(result: AuditResult, min_points: float = 1.0, top: int 
               f"{f.hit_rate_after:.1%} (replayed on the first {result.field_sample:,} prompts)") for f in result.fields]
     found += [(row.gain_points, f"{row.change}: hit rate -> {row.hit_rate:.1%} ({row.gain_points:+.1f} points, "
                f"removes '{row.cause}')") for row in result.what_ifs.itertuples()
-              if not row.change.startswith("bound")]
+              if row.cause != "other_prefix"]  # its change is the field move above
     return [text for points, text in sorted(found, key=lambda f: -f[0]) if points >= min_points][:top]
 
 
 def verdict(result: AuditResult) -> list[str]:
     """What an engineer acts on, in a few lines: the hit rate, the gain, the changes worth making."""
-    r, p = result, result.projection
+    r, p, c = result, result.projection, result.confirmation
     lines = [f"Prefix caching serves {r.hit_rate_by_block_size[r.recommended_block_size]:.1%} of these "
              f"{r.prompts:,} prompts' tokens at block size {r.recommended_block_size} "
-             f"(KV capacity {r.kv_tokens:,} tokens).",
-             f"Projected: throughput x{p.throughput_gain:.2f}, mean TTFT {p.ttft_change:+.0%}"
-             + (f"; measured on the engine (first {r.confirmation.prompts} prompts): "
-                f"x{r.confirmation.throughput_gain:.2f}, {r.confirmation.ttft_change:+.0%}." if r.confirmation else ".")]
+             f"(KV capacity {r.kv_tokens:,} tokens)."]
+    gains = ([f"projected throughput x{p.throughput_gain:.2f}, mean TTFT {p.ttft_change:+.0%}"] if p else []) + \
+        ([f"measured on the engine (first {c.prompts} prompts): x{c.throughput_gain:.2f}, {c.ttft_change:+.0%}"]
+         if c else [])
+    lines += ["With caching on: " + "; ".join(gains) + "."] if gains else []
     changes = changes_worth_making(result)
     lines += [f"Worth changing: {c}" for c in changes] or ["Nothing worth changing: no change found raises the hit "
                                                            "rate by a point or more."]
@@ -139,7 +140,7 @@ def terminal_summary(result: AuditResult) -> str:
              f"  recommended block size: {r.recommended_block_size}",
              "  why the rest missed: " + ", ".join(f"{row.cause} {row.share:.1%}" for row in r.misses.itertuples()
                                                    if row.cause != "cached" and row.tokens)]
-    lines += [f"    if {row.change}: {row.hit_rate:.1%} ({row.gain_points:+.1f} points)" for row in r.what_ifs.itertuples()]
+    lines += [f"    with {row.change}: {row.hit_rate:.1%} ({row.gain_points:+.1f} points)" for row in r.what_ifs.itertuples()]
     lines += [f"  stopped sharing at token {row.position} in {row.requests} prompts: {row.excerpt}"
               for row in r.divergence_points.itertuples()]
     lines.append(f"  prompts share a median {r.divergence.median_shared_fraction:.0%} of their text with their closest "
@@ -151,8 +152,8 @@ def terminal_summary(result: AuditResult) -> str:
     lines.append(_projection_line(r))
     if c := r.confirmation:
         lines.append(f"  measured on the engine, first {c.prompts} prompts: hit rate {c.hit_rate:.1%}, throughput "
-                     f"x{c.throughput_gain:.2f}, mean TTFT {c.ttft_change:+.0%} (the curve projects "
-                     f"x{c.projected.throughput_gain:.2f}, {c.projected.ttft_change:+.0%} at that hit rate)")
+                     f"x{c.throughput_gain:.2f}, mean TTFT {c.ttft_change:+.0%} (the cost model projects "
+                     f"x{c.projected.throughput_gain:.2f}, {c.projected.ttft_change:+.0%} for them)")
     best = r.fleet.policies.set_index("policy").loc[r.fleet.recommended_policy]
     lines.append(f"  {r.fleet.replicas} replicas (simulated, {r.fleet.sample:,} prompts): recommended "
                  f"{r.fleet.recommended_policy} at {best.fleet_hit_rate:.1%}, imbalance {best.imbalance:.2f}")
@@ -164,6 +165,10 @@ def terminal_summary(result: AuditResult) -> str:
 
 def _projection_line(r: AuditResult) -> str:
     p, a = r.projection, r.after_moving_fields
-    return (f"  projection (lab curve {r.curve_run}, {r.curve_measured_on}): throughput x{p.throughput_gain:.2f}, "
-            f"mean TTFT {p.ttft_change:+.0%}" + ("" if p.within_measured_range else " (outside the measured range)")
+    if p is None:
+        return ("  projection: no cost model for this model on this back-end; audit with --confirm N (it fits one "
+                "first, about a minute) or run notebook 12")
+    return (f"  projection (cost model {r.cost_model_run}, {r.cost_model_fitted_on}; first {p.prompts:,} prompts, "
+            f"{p.output_tokens} output tokens each): throughput x{p.throughput_gain:.2f}, mean TTFT {p.ttft_change:+.0%} "
+            f"(1/(1 - hit rate) would say x{p.naive_bound:.2f})"
             + (f"; after moving the fields: x{a.throughput_gain:.2f}, {a.ttft_change:+.0%}" if a else ""))

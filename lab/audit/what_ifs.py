@@ -55,7 +55,7 @@ def what_ifs(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Seque
         rows.append(("partial_block", f"block size {smaller}", _hit_rate(token_ids, misses, block_size=smaller, **same)))
     if totals.other_prefix:
         total = misses.requests.prompt_tokens.sum()
-        rows.append(("other_prefix", "bound: a position-independent cache reusing all of it",
+        rows.append(("other_prefix", "a position-independent cache reusing all of it (a bound: vLLM has none)",
                      base + totals.other_prefix / total))
     table = pd.DataFrame(rows, columns=["cause", "change", "hit_rate"])
     return table.assign(gain_points=100 * (table.hit_rate - base)).sort_values("gain_points", ascending=False,

@@ -110,11 +110,13 @@ def customer_service(count: int = 300, seed: int = 0) -> list[Record]:
     return records
 
 
-def rag(count: int = 200, seed: int = 0, num_documents: int = 8, per_request: int = 3) -> list[Record]:
-    """Retrieval: each request gets `per_request` of `num_documents` shared documents and a question.
+def rag(count: int = 200, seed: int = 0, num_documents: int = 8, per_request: int = 3,
+        document_tokens: int = 160) -> list[Record]:
+    """Retrieval: each request gets `per_request` of `num_documents` shared documents (about `document_tokens`
+    long) and a question.
     Two variants of the same requests: documents in retrieval (random) order, and sorted by id."""
     rng = random.Random(seed)
-    documents = [f"[Document {d}] " + text_of_tokens(rng, 160, "all") for d in range(num_documents)]
+    documents = [f"[Document {d}] " + text_of_tokens(rng, document_tokens, "all") for d in range(num_documents)]
     instruction = "Answer using only these documents and cite them.\n"
     records = []
     for i in range(count):
