@@ -1,6 +1,7 @@
 """lab.audit: a workload whose answer is known by construction, the report's numbers against direct
 replays, the real engine's confirmation, and every bad input's message."""
 
+import html
 import json
 import random
 
@@ -59,7 +60,8 @@ def test_the_summary_hit_rates_are_prefix_cache_replays(timestamp_audit, tok, tm
     ids = tok(prompts)["input_ids"]
     assert result.hit_rate_by_block_size == {size: replay_hit_rate(ids, size, 40_000) for size in (32, 64, 128)}
     assert result.tenant_salt.tenants == 3 and result.tenant_salt.hit_rate_salted <= result.tenant_salt.hit_rate_shared
-    assert result.curve_run.startswith("10_capacity-gain") and result.confirmation is None
+    assert result.cost_model_run.startswith("cost-model-") and result.confirmation is None
+    assert result.projection.throughput_gain == pytest.approx(1) and result.projection.naive_bound == pytest.approx(1)
     assert set(result.fleet.policies.policy) >= {"round_robin", "consistent_hash"}
     assert result.fleet.recommended_policy in set(result.fleet.policies.policy)
     page, summary = write_report(timestamp_audit, tmp_path)
@@ -124,3 +126,36 @@ def test_a_kv_capacity_smaller_than_a_prompt_is_refused(tmp_path):
     path = write_jsonl(tmp_path / "long.jsonl", [{"prompt": timestamped(0)}])
     with pytest.raises(AuditInputError, match=r"kv_tokens=500 cannot hold .*long.jsonl:1"):
         audit(path, kv_tokens=500, confirm=0, progress=False)
+
+
+def test_every_prompt_token_is_cached_or_has_one_cause(timestamp_audit, tok):
+    result = timestamp_audit
+    tokens = result.misses.set_index("cause").tokens
+    assert tokens.sum() == sum(len(ids) for ids in tok([timestamped(i) for i in range(60)])["input_ids"])
+    assert tokens["other_prefix"] > 0.8 * tokens.sum(), "the shared part comes back behind each new timestamp"
+    point = result.divergence_points.iloc[0]
+    assert point.requests >= 50 and "Current time:" in point.excerpt and len(point.excerpt) < 120
+    assert result.fleet_misses is not None and result.fleet_misses.tokens.sum() == tokens.sum()
+
+
+def test_the_page_opens_with_the_verdict_and_the_summary_has_no_routes(timestamp_audit, tmp_path):
+    page, summary = write_report(timestamp_audit, tmp_path)
+    text = page.read_text()
+    assert text.index("class='verdict'") < text.index("<h2>") and html.escape("Worth changing: move 'Current time:' (timestamp)") in text
+    assert summary.name in text, "the page links its JSON instead of pasting it"
+    assert "routes" not in json.loads(summary.read_text())["fleet"]
+
+
+def test_a_line_that_is_not_utf8_is_named_with_its_byte(tmp_path, tok):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"prompt": "fine"}\n{"prompt": "caf\xe9"}\n')
+    with pytest.raises(AuditInputError, match=r"latin1.jsonl:2: not UTF-8 \(byte 16 of the line is b'\\xe9'\)"):
+        read_prompts(path, tok, progress=False)
+
+
+def test_a_long_divergence_label_is_shown_short():
+    from lab.audit.report import short
+    from lab.audit.what_ifs import excerpt
+
+    assert len(short("x" * 3000)) == 41 and short("Current time:") == "Current time:"
+    assert excerpt("a" * 100 + "\nB" + "c" * 100, 100, width=30) == "…" + "a" * 30 + "⟦⏎B" + "c" * 28 + "…"

@@ -155,6 +155,7 @@ def test_the_audit_section_comes_from_the_audit_results(results):
     save_results(pd.DataFrame([
         {"workload": "customer_service", "prompts": 300, "recommended_block_size": 32, "hit_rate": 0.675,
          "radix_hit_rate": 0.688, "projected_throughput_gain": 2.92, "measured_throughput_gain": 2.14,
+         "sample_prompts": 24, "projected_sample_throughput_gain": 2.4,
          "recommended_policy": "cache_aware --cache-threshold 0.5", "salted_hit_rate": 0.31},
         {"workload": "timestamped", "prompts": 120, "recommended_block_size": 128, "hit_rate": 0.0,
          "hit_rate_after_moving_fields": 0.86, "fields": "Current time: + Request id:"}]), "11_your_workload-audit", env)
@@ -162,9 +163,26 @@ def test_the_audit_section_comes_from_the_audit_results(results):
                  "11_your_workload-scale", environment(prompts=100000, mean_prompt_tokens=1017.0))
     audit = results_context()["audit"]
     assert audit["bot"] | {"policy": None} == {"prompts": 300, "hit_rate": 0.675, "block_size": 32, "radix_hit_rate": 0.688,
-                                               "projected": 2.92, "measured": 2.14, "policy": None, "salted": 0.31}
+                                               "projected": 2.92, "measured": 2.14, "policy": None, "salted": 0.31,
+                                               "sample": 24, "projected_sample": 2.4}
     assert audit["stamped"] == {"fields": "Current time: + Request id:", "hit_rate": 0.0, "after": 0.86}
     assert audit["scale"]["total"] == 150 and audit["scale"]["prompts"] == 100000
     text = results_section()
-    for number in ("67.5%", "68.8%", "x2.92", "x2.14", "86.0%", "100,000", "150 s"):
+    for number in ("67.5%", "68.8%", "x2.92", "x2.14", "x2.40", "first 24 prompts", "86.0%", "100,000", "150 s"):
         assert number in text
+
+
+def test_the_why_section_comes_from_notebook_12s_results(results):
+    assert results_context()["why"] is None, "nothing before notebook 12 has run"
+    checks = pd.DataFrame({"check": ["requests whose cached tokens match"], "lab": [64], "engine": [63], "agree": ["no"]})
+    save_results(checks, "12_why_it_missed-reconcile", environment(notebook="12_why_it_missed"))
+    validation = pd.DataFrame({"workload": ["chat", "rag_long"], "prompts": [96, 48], "hit_rate": [0.5, 0.6],
+                               "naive_bound": [2.0, 2.5], "projected_gain": [1.9, 2.2], "throughput_gain": [1.8, 2.1],
+                               "gain_error": [0.056, 0.048], "projected_ttft_change": [-0.3, -0.4],
+                               "ttft_change": [-0.31, -0.43], "ttft_error": [0.014, 0.053]})
+    save_results(validation, "12_why_it_missed-projection", environment(cost_model="cost-model-x-cpu-1"))
+    why = results_context()["why"]
+    assert why["validation"]["worst_gain"] == 0.056 and why["validation"]["worst_ttft"] == 0.053
+    text = results_section()
+    for piece in ("within 5.6% of the measured one", "within\n5.3%", "cost-model-x-cpu-1", "| 64 ", "| no "):
+        assert piece in text, piece

@@ -18,13 +18,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-tokens", type=int, default=DEFAULT_KV_TOKENS, help="KV cache capacity in tokens")
     parser.add_argument("--block-sizes", type=int, nargs="+", help="default: the sizes this back-end accepts")
     parser.add_argument("--replicas", type=int, default=4)
-    parser.add_argument("--confirm", type=int, default=32, help="prompts run on the real engine (0: none)")
+    parser.add_argument("--confirm", type=int, default=32, help="prompts run on the real engine (0: none); with an "
+                        "engine, a cost model of it is fitted first if this model and back-end have none")
+    parser.add_argument("--output-tokens", type=int, default=8, help="answer length the projection assumes")
     parser.add_argument("--skip-bad", action="store_true", help="skip and count bad lines instead of stopping")
     parser.add_argument("--out", help="report folder (default: runs/audit/)")
     args = parser.parse_args(argv)
     try:
         result = audit(args.prompts, model=args.model, kv_tokens=args.kv_tokens, block_sizes=args.block_sizes,
-                       replicas=args.replicas, confirm=args.confirm, skip_bad=args.skip_bad)
+                       replicas=args.replicas, confirm=args.confirm, output_tokens=args.output_tokens,
+                       skip_bad=args.skip_bad)
     except (AuditInputError, ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -121,6 +121,28 @@ def _hit_rates(prompts: Prompts, block_sizes: Sequence[int] | None, kv_tokens: i
     return table, rates, radix, max(sizes, key=lambda s: (round(rates[s], 3), s))
 
 
+NO_FIT = {"run_id": "", "environment": {"device": ""}}  # no cost model for this model and back-end
+
+
+def _why(prompts: Prompts, tokenizer, block_size: int, kv_tokens: int, block_sizes: Sequence[int] | None,
+         sample: int, progress: bool):
+    """Every uncached token's cause (all prompts), each cause's what-if and the divergence points (the first
+    `sample` prompts: each what-if replays them again)."""
+    salts = prompts.salts if any(prompts.salts) else None
+    misses = attribute(prompts.token_ids, block_size=block_size, kv_tokens=kv_tokens, salts=salts, progress=progress)
+    ids = prompts.token_ids[:sample]
+    sampled = misses if len(ids) == len(prompts.token_ids) else attribute(
+        ids, block_size=block_size, kv_tokens=kv_tokens, salts=salts[:sample] if salts else None)
+    changes = what_ifs(ids, sampled, salts=salts[:sample] if salts else None,
+                       block_sizes=block_sizes or accepted_block_sizes())
+    return misses, changes, divergence_points(prompts.token_ids, misses, tokenizer.decode)
+
+
+def _project_first(cost_model, misses, prompts: int, output_tokens: int) -> Projection:
+    rows = misses.requests.head(prompts)
+    return project(cost_model, rows.prompt_tokens, rows.cached_tokens, output_tokens)
+
+
 def _after_moving(fields: list[Field], texts: list[str], tokenizer, block_size: int, kv_tokens: int,
                   cost_model, output_tokens: int) -> Projection | None:
     """The projection for the sampled prompts with every breaking field moved to the end."""
@@ -141,8 +163,9 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
     on the real engine (0: no engine; with an engine, a cost model is fitted first if this model and back-end
     have none); the field search, the fleet simulation and the projection use the first `field_sample`,
     `fleet_sample` and `fleet_sample` prompts, and say so. Projections assume `output_tokens` per answer."""
-    positive_int("replicas", replicas, "a positive number of replicas, e.g. 4")
-    positive_int("kv_tokens", kv_tokens, "your engine's KV capacity in tokens, e.g. 100000")
+    for name, value, example in (("replicas", replicas, "4"), ("output_tokens", output_tokens, "8"),
+                                 ("kv_tokens", kv_tokens, "your engine's KV capacity, 100000")):
+        positive_int(name, value, f"a positive number, e.g. {example}")
     lap = Laps()
     tokenizer = load_tokenizer(model)
     prompts = read_prompts(path, tokenizer, skip_bad=skip_bad, progress=progress)
@@ -150,26 +173,20 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
     lap("read and tokenize")
     hit_rates, rates, radix, best_size = _hit_rates(prompts, block_sizes, kv_tokens, progress)
     lap("hit rates")
-    salts = prompts.salts if any(prompts.salts) else None
-    misses = attribute(prompts.token_ids, block_size=best_size, kv_tokens=kv_tokens, salts=salts, progress=progress)
-    changes = what_ifs(prompts.token_ids, misses, salts=salts, block_sizes=block_sizes or accepted_block_sizes())
-    points = divergence_points(prompts.token_ids, misses, tokenizer.decode)
+    misses, changes, points = _why(prompts, tokenizer, best_size, kv_tokens, block_sizes, fleet_sample, progress)
     lap("why it missed")
     texts, ids, tenants = _sample(prompts, field_sample)
     divergence = where_prompts_diverge(texts)
     fields = breaking_fields(texts, tokenizer, best_size, kv_tokens)
     lap("what breaks sharing")
-    fit = fitted(model, calibrate_if_missing=confirm > 0)
-    cost_model, fit_meta = fit if fit else (None, {"run_id": "", "environment": {"device": ""}})
+    cost_model, fit_meta = fitted(model, calibrate_if_missing=confirm > 0) or (None, NO_FIT)
     projection = moved = confirmation = None
     if cost_model:
-        rows = misses.requests.head(fleet_sample)
-        projection = project(cost_model, rows.prompt_tokens, rows.cached_tokens, output_tokens)
+        projection = _project_first(cost_model, misses, fleet_sample, output_tokens)
         moved = _after_moving(fields, texts, tokenizer, best_size, kv_tokens, cost_model, output_tokens)
     if confirm:
         confirmation = confirm_on_engine(prompts.token_ids, model, best_size, confirm, max_tokens=output_tokens)
-        rows = misses.requests.head(confirmation.prompts)
-        confirmation.projected = project(cost_model, rows.prompt_tokens, rows.cached_tokens, output_tokens)
+        confirmation.projected = _project_first(cost_model, misses, confirmation.prompts, output_tokens)
     lap("projection and confirmation")
     _, fleet_ids, fleet_tenants = _sample(prompts, fleet_sample)
     fleet = fleet_policies(fleet_ids, fleet_tenants, replicas, best_size, kv_tokens, progress=progress)

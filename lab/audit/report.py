@@ -50,9 +50,11 @@ def short(label: str, width: int = 40) -> str:
 
 def changes_worth_making(result: AuditResult, min_points: float = 1.0, top: int = 2) -> list[str]:
     """The changes that raise the hit rate by `min_points` or more, the largest first, each with what it buys."""
-    found = [(100 * (f.hit_rate_after - f.hit_rate_before),
-              f"move '{short(f.label)}' ({f.kind}) to the end of the prompt: hit rate {f.hit_rate_before:.1%} -> "
-              f"{f.hit_rate_after:.1%} (replayed on the first {result.field_sample:,} prompts)") for f in result.fields]
+    fields = result.fields
+    found = [(100 * (fields[-1].hit_rate_after - fields[0].hit_rate_before),
+              "move " + " and ".join(f"'{short(f.label)}' ({f.kind})" for f in fields) + " to the end of the prompt: "
+              f"hit rate {fields[0].hit_rate_before:.1%} -> {fields[-1].hit_rate_after:.1%} (replayed on the first "
+              f"{result.field_sample:,} prompts)")] if fields else []
     found += [(row.gain_points, f"{row.change}: hit rate -> {row.hit_rate:.1%} ({row.gain_points:+.1f} points, "
                f"removes '{row.cause}')") for row in result.what_ifs.itertuples()
               if row.cause != "other_prefix"]  # its change is the field move above

@@ -62,7 +62,7 @@ def what_ifs(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Seque
                                                                                kind="stable", ignore_index=True)
 
 
-def excerpt(text: str, position: int, width: int = 30) -> str:
+def excerpt(text: str, position: int, width: int = 40) -> str:
     """`width` characters either side of `position`, on one line, the point marked with `⟦`."""
     before, after = text[max(0, position - width):position], text[position:position + width]
     flat = (before + "⟦" + after).replace("\n", "⏎")

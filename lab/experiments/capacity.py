@@ -77,6 +77,32 @@ def gain_vs_hit_rate(model_path: str, prompts_by_fraction: dict[float, list[list
     return pd.DataFrame(rows)
 
 
+def reuse_gain(model_path: str | None, prompts_by_name: dict[str, list[list[int]]], *, block_size: int | None,
+               max_tokens: int, repeats: int = 3, progress: bool = True) -> pd.DataFrame:
+    """What prefix reuse does, measured on one warmed engine: each prompt set submitted at once with a cache_salt
+    per request (nothing reused: the baseline) and without one (reused), in alternating order so that a drift in
+    the machine's speed falls on both, the cache emptied before every run; the fastest run of each counts."""
+    from tqdm.auto import tqdm
+
+    positive_int("repeats", repeats)
+    llm = warm_engine(model_path, True, block_size, next(iter(prompts_by_name.values())), max_tokens)
+    best: dict[tuple[str, bool], pd.Series] = {}
+    runs = [(name, reuse) for r in range(repeats) for name in prompts_by_name
+            for reuse in ((False, True) if r % 2 == 0 else (True, False))]
+    for name, reuse in tqdm(runs, desc="reuse off / on", disable=not progress, leave=False):
+        llm.reset_prefix_cache()
+        summary = summarize(run_workload(llm, prompts_by_name[name], max_tokens=max_tokens, mode="offline",
+                                         progress=False, salt_each=None if reuse else "baseline"))
+        if (name, reuse) not in best or summary["requests_per_s"] > best[name, reuse]["requests_per_s"]:
+            best[name, reuse] = summary
+    return pd.DataFrame([{"workload": name, "hit_rate": best[name, True]["hit_rate"],
+                          "baseline_hit_rate": best[name, False]["hit_rate"],
+                          "throughput_gain": best[name, True]["requests_per_s"] / best[name, False]["requests_per_s"],
+                          "ttft_change": best[name, True]["mean_ttft_ms"] / best[name, False]["mean_ttft_ms"] - 1,
+                          "mean_ttft_ms_off": best[name, False]["mean_ttft_ms"],
+                          "mean_ttft_ms_on": best[name, True]["mean_ttft_ms"]} for name in prompts_by_name])
+
+
 def zero_hit_runs(model_path: str, prompts: list[list[int]], *, pairs: int, block_size: int | None,
                   max_tokens: int, progress: bool = True) -> pd.DataFrame:
     """The same prompt set (nothing shared) submitted at once, caching off and on in alternating order

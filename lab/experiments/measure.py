@@ -57,16 +57,18 @@ def run_workload(
     rate: float | None = None,
     seed: int = 0,
     progress: bool = True,
+    salt_each: str | None = None,
 ) -> pd.DataFrame:
     """One row per request (in prompt order). Run-level facts (peak KV blocks in use, peak process memory,
-    wall time) are in the frame's `attrs`."""
+    wall time) are in the frame's `attrs`. `salt_each`: every request gets its own cache_salt (`salt_each`
+    and its number), so none reuses another's blocks: a no-reuse baseline on the same engine."""
     if isinstance(prompts, str) or len(prompts) == 0:
         raise ValueError("prompts is empty: pass a non-empty list of prompts (e.g. load_workload(...).prompts)")
     arrivals = arrival_times(len(prompts), mode, rate, seed)
     token_ids = check_prompts(llm, prompts, max_tokens)  # every prompt is checked before any is sent
     preempted_before = preemptions(llm)
     outputs, submitted, sent, peak_blocks, peak_memory, usable = _drive(
-        llm, token_ids, arrivals, max_tokens, progress, one_at_a_time=mode == "sequential")
+        llm, token_ids, arrivals, max_tokens, progress, one_at_a_time=mode == "sequential", salt_each=salt_each)
     rows = [_row(i, out, submitted[i]) | {"sent_s": sent[i]} for i, out in enumerate(outputs)]
     df = pd.DataFrame(rows)
     df.attrs = {"mode": mode, "rate": rate, "max_tokens": max_tokens, "peak_kv_blocks": peak_blocks,
@@ -80,7 +82,7 @@ def preemptions(llm) -> int:
     return int(sum(m.value for m in llm.get_metrics() if m.name == "vllm:num_preemptions"))
 
 
-def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time):
+def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time, salt_each=None):
     """Submit requests at their arrival times (or each when the previous one finished) and step the
     engine until all have finished."""
     from vllm import SamplingParams
@@ -104,7 +106,8 @@ def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time):
                 # A request that arrived while the engine was busy with a step is added late; its planned
                 # arrival time still starts its TTFT clock, so that wait counts as the user would see it.
                 arrived = now if one_at_a_time else planned
-                engine.add_request(f"{run}-{i}", TokensPrompt(prompt_token_ids=token_ids[i]), params,
+                salt = {"cache_salt": f"{salt_each}-{i}"} if salt_each else {}
+                engine.add_request(f"{run}-{i}", TokensPrompt(prompt_token_ids=token_ids[i], **salt), params,
                                    arrival_time=start_wall + arrived)
                 submitted[i], sent[i] = arrived, time.monotonic() - start
             if not engine.has_unfinished_requests():

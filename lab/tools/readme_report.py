@@ -34,6 +34,7 @@ FIGURES = [("with/without", "04_cache_on_vs_off-changes"), ("TTFT distribution",
            ("hit rate vs block size", "03_block_size_sweep-hit_rate"), ("TTFT breakdown under load", "01_ttft_breakdown-load")]
 CAPACITY_FIGURES = [("gain vs hit rate", "10_capacity-gain_vs_hit_rate"), ("TTFT vs offered rate", "10_capacity-ttft_vs_rate")]
 ROUTING_FIGURES = [("hit rate by routing policy", "09_routing-hit_rate")]
+WHY_FIGURES = [("why prompt tokens missed, by lesson", "12_why_it_missed-causes")]
 
 
 def number(value) -> str:
@@ -152,12 +153,29 @@ def audit_context() -> dict | None:
             "bot": {"prompts": int(bot.prompts), "hit_rate": bot.hit_rate, "block_size": int(bot.recommended_block_size),
                     "radix_hit_rate": bot.radix_hit_rate, "projected": bot.projected_throughput_gain,
                     "measured": bot.measured_throughput_gain, "policy": bot.recommended_policy,
+                    "sample": int(bot.get("sample_prompts", 0) or 0),
+                    "projected_sample": bot.get("projected_sample_throughput_gain", float("nan")),
                     "salted": bot.salted_hit_rate},
             "stamped": {"fields": stamped.fields, "hit_rate": stamped.hit_rate, "after": stamped.hit_rate_after_moving_fields},
             "scale": None if scale is None else {
                 "run_id": scale_meta["run_id"], "prompts": scale_meta["environment"]["prompts"],
                 "mean_tokens": scale_meta["environment"]["mean_prompt_tokens"], "total": scale.seconds.sum(),
                 "sections": list(zip(scale.section, scale.seconds))}}
+
+
+def why_context() -> dict | None:
+    """Notebook 12: the attribution against the engine, and the cost model's projection against measured runs."""
+    checks, meta = _latest_or_none("12_why_it_missed-reconcile")
+    if checks is None:
+        return None
+    validation, validation_meta = _latest_or_none("12_why_it_missed-projection")
+    return {"run_id": meta["run_id"], "checks": markdown_table(checks),
+            "validation": None if validation is None else {
+                "run_id": validation_meta["run_id"], "cost_model": validation_meta["environment"]["cost_model"],
+                "worst_gain": validation.gain_error.abs().max(), "worst_ttft": validation.ttft_error.abs().max(),
+                "table": markdown_table(validation[["workload", "prompts", "hit_rate", "naive_bound", "projected_gain",
+                                                   "throughput_gain", "gain_error", "projected_ttft_change",
+                                                   "ttft_change", "ttft_error"]])}}
 
 
 def claims_context() -> dict:
@@ -177,8 +195,9 @@ def results_context() -> dict:
     sweep, sweep_meta = load_latest("03_block_size_sweep-vllm")
     env, rows = meta["environment"], offline.set_index("metric")
     hit_rate = rows.loc["hit_rate", "cache on"]
-    capacity, routing = capacity_context(), routing_context()
-    figures = FIGURES + (CAPACITY_FIGURES if capacity else []) + (ROUTING_FIGURES if routing else [])
+    capacity, routing, why = capacity_context(), routing_context(), why_context()
+    figures = FIGURES + (CAPACITY_FIGURES if capacity else []) + (ROUTING_FIGURES if routing else []) + \
+        (WHY_FIGURES if why else [])
     return {"env": env, "run_id": meta["run_id"], "hardware": hardware_line(env), "model": describe_model(env["model"]),
             "article_setting": article.SETTING,
             "offline_table": markdown_table(comparison_table(offline, with_article=True)),
@@ -188,7 +207,8 @@ def results_context() -> dict:
             "article_gain": 1 + article.change_percent("requests_per_s") / 100,
             "online": online_context(online, online_meta["environment"], offline),
             "sweep_run_id": sweep_meta["run_id"], "block_sizes": recommend_block_size(sweep).to_dict(),
-            "capacity": capacity, "routing": routing, "audit": audit_context(), "claims": claims_context(),
+            "capacity": capacity, "routing": routing, "audit": audit_context(), "why": why,
+            "claims": claims_context(),
             "figures": [(alt, f"figures/{name}.png") for alt, name in figures]}
 
 
