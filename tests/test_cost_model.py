@@ -83,3 +83,22 @@ def test_a_fit_is_saved_per_model_and_back_end_and_read_back(tmp_path, monkeypat
     run_id = cost_model.save(model)
     loaded, meta = cost_model.fitted()
     assert loaded == model and meta["run_id"] == run_id
+
+
+def test_on_a_clock_a_lone_request_takes_its_prefill_step_and_a_queue_waits():
+    costs = [0.003, 8e-5, 5e-5, 2e-5]
+    alone = cost_model.ttfts_with_arrivals(costs, [100, 100], [0, 0], [1, 1], [0.0, 10.0], **LIMITS)
+    step = float(np.dot(costs, [1, 1, 100, attention(0, 100)]))
+    assert alone.tolist() == pytest.approx([step, step])
+    seats = cost_model.ttfts_with_arrivals(costs, [100] * 3, [0] * 3, [50] * 3, [0.0, 0.0, 0.0],
+                                           max_num_batched_tokens=4096, max_num_seqs=2)
+    assert seats[2] > 40 * costs[0], "the third waits for a seat: about fifty decode steps"
+
+
+def test_the_projected_capacity_grows_with_the_cached_share():
+    model = CostModel({"fixed": 0.003, "per_sequence": 8e-5, "per_token": 5e-5, "per_attention": 2e-5}, **LIMITS,
+                      fit_error=0.05)
+    lengths = [1000] * 200
+    off = model.capacity(lengths, [0] * 200, 8, target_ms=300)
+    on = model.capacity(lengths, [960] * 200, 8, target_ms=300)
+    assert 0 < off < on and model.p99_ttft_ms(lengths, [0] * 200, 8, off) <= 300

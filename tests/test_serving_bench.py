@@ -4,6 +4,7 @@ input rejected before a benchmark starts."""
 import json
 import math
 
+import pandas as pd
 import pytest
 
 from lab.experiments.serving_bench import (
@@ -74,3 +75,31 @@ def test_the_exported_dataset_is_what_vllm_reads(dataset):
     assert len(lines) == 12 and set(lines[0]) == {"prompt"}
     with pytest.raises(FileExistsError):
         export_custom_dataset(["x"], dataset)
+
+
+def test_find_capacity_bisects_to_within_the_tolerance(monkeypatch):
+    """The search alone (bench_serve replaced by a p99 that grows with the rate: 10 ms per request/s); the real
+    benchmark runs in notebooks/10_capacity.ipynb."""
+    import lab.experiments.serving_bench as serving_bench
+
+    class Server:
+        resets = 0
+
+        def reset_prefix_cache(self):
+            Server.resets += 1
+
+    calls = []
+    monkeypatch.setattr(serving_bench, "bench_serve", lambda server, request_rate, num_prompts, **bench:
+                        calls.append(request_rate) or {"p99_ttft_ms": 10.0 * request_rate})
+    rate, runs = serving_bench.find_capacity(Server(), 137.0, low=4, high=8, seconds_per_rate=1)
+    assert 13.7 / 1.1 <= rate <= 13.7 and len(runs) == len(calls) == Server.resets
+    assert len(set(calls)) == len(calls), "no rate is run twice"
+    assert serving_bench.find_capacity(Server(), 5.0, low=4, high=8, seconds_per_rate=1)[0] == 0.0
+
+
+def test_the_bracket_comes_from_the_sweeps_first_miss():
+    from lab.experiments.serving_bench import capacity_bracket
+
+    sweep = pd.DataFrame({"request_rate": [2, 4, 8, 16], "p99_ttft_ms": [10, 20, 90, 30]})
+    assert capacity_bracket(sweep, 50) == (4, 8), "a meeting rate after the first miss does not count"
+    assert capacity_bracket(sweep, 5) == (1, 2) and capacity_bracket(sweep, 100) == (16, 32)

@@ -71,6 +71,7 @@ def test_vllms_own_kv_cache_manager_caches_what_the_lab_predicts(block_size):
     cached, _ = vllm_internals.manager_replay(requests, block_size)
     assert cached == PrefixCache(num_blocks=10_000, block_size=block_size).replay(requests)
     assert sum(cached) > 0, "the streams share prefixes: some requests hit"
+    assert vllm_internals.manager_replay(requests, block_size, enable_caching=False)[0] == [0] * len(requests)
 
 
 def test_the_first_token_comes_out_of_the_prefill_step(llm):

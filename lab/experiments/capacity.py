@@ -120,6 +120,23 @@ def zero_hit_runs(model_path: str, prompts: list[list[int]], *, pairs: int, bloc
     return pd.DataFrame(rows)
 
 
+def caching_bookkeeping(prompts: list[list[int]], block_size: int, cost_model, repeats: int = 5,
+                        output_tokens: int = 8) -> dict[str, float]:
+    """What caching adds per request when nothing is shared, measured directly: the prompts through vLLM's own
+    KVCacheManager with caching on and off (hashing and lookup against allocation alone; the fastest of
+    `repeats`), set against the engine's time per request for the same prompts submitted at once (the cost
+    model, lab.experiments.cost_model)."""
+    from lab.serving.vllm_internals import manager_replay
+
+    seconds = {on: min(manager_replay(prompts, block_size, enable_caching=on)[1] for _ in range(repeats))
+               for on in (True, False)}
+    _, duration = cost_model.times([len(p) for p in prompts], [0] * len(prompts), [output_tokens] * len(prompts))
+    added = (seconds[True] - seconds[False]) / len(prompts)
+    return {"bookkeeping_us_on": 1e6 * seconds[True] / len(prompts), "bookkeeping_us_off": 1e6 * seconds[False] / len(prompts),
+            "added_us": 1e6 * added, "engine_ms_per_request": 1e3 * duration / len(prompts),
+            "added_share": added * len(prompts) / duration}
+
+
 def hit_rate_for(table: pd.DataFrame, column: str, target: float) -> float:
     """The token hit rate at which `column` (measured against `hit_rate`) reaches `target`, by linear
     interpolation along the measured curve; NaN when the target lies outside what was measured."""

@@ -20,6 +20,7 @@ file named per model and back-end, and reused (`fitted()`).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,36 +43,75 @@ def _attention(start: int, tokens: int) -> float:
     return (tokens * start + tokens * (tokens + 1) / 2) / 1000
 
 
+def _pick(running: list[int], waiting: deque, done: list[int], prompt_tokens: Sequence[int], budget: int,
+          max_num_seqs: int) -> list[tuple[int, int]]:
+    """One step of vLLM V1's scheduler: (request, tokens) for the running requests first (a decode token, or the
+    next chunk of an unfinished prefill), then waiting ones in order while the token budget and seats last.
+    Requests taken from `waiting` join `running`."""
+    picked = []
+    for i in running:
+        if budget == 0:
+            break
+        left = prompt_tokens[i] - done[i]
+        picked.append((i, min(left, budget) if left > 0 else 1))
+        budget -= picked[-1][1]
+    while waiting and budget > 0 and len(running) < max_num_seqs:
+        i = waiting.popleft()
+        running.append(i)
+        picked.append((i, min(prompt_tokens[i] - done[i], budget)))
+        budget -= picked[-1][1]
+    return picked
+
+
+def _advance(picked: list[tuple[int, int]], done: list[int], produced: list[int], prompt_tokens: Sequence[int]
+             ) -> tuple[np.ndarray, list[int]]:
+    """Compute the picked tokens: the step's quantity of each term, and the requests that got a first token."""
+    quantities = np.array([1, len(picked), sum(t for _, t in picked), sum(_attention(done[i], t) for i, t in picked)])
+    firsts = []
+    for i, tokens in picked:
+        done[i] += tokens
+        if done[i] >= prompt_tokens[i]:  # a prefill that completed, or a decode, samples one token
+            produced[i] += 1
+            firsts += [i] if produced[i] == 1 else []
+    return quantities, firsts
+
+
 def schedule(prompt_tokens: Sequence[int], cached_tokens: Sequence[int], output_tokens: Sequence[int], *,
              max_num_batched_tokens: int, max_num_seqs: int) -> Schedule:
     """Replay vLLM V1's scheduler over requests all waiting at the start (see the module docstring)."""
     n = len(prompt_tokens)
-    done = list(cached_tokens)  # tokens with K/V, per request
-    produced = [0] * n
+    done, produced = list(cached_tokens), [0] * n  # tokens with K/V, tokens sampled
     waiting, running = deque(range(n)), []
     totals, first = np.zeros(len(TERMS)), np.zeros((n, len(TERMS)))
     while waiting or running:
-        budget, picked = max_num_batched_tokens, []
-        for i in running:  # decodes and unfinished prefills first
-            if budget == 0:
-                break
-            left = prompt_tokens[i] - done[i]
-            picked.append((i, min(left, budget) if left > 0 else 1))
-            budget -= picked[-1][1]
-        while waiting and budget > 0 and len(running) < max_num_seqs:
-            i = waiting.popleft()
-            running.append(i)
-            picked.append((i, min(prompt_tokens[i] - done[i], budget)))
-            budget -= picked[-1][1]
-        totals += (1, len(picked), sum(t for _, t in picked), sum(_attention(done[i], t) for i, t in picked))
-        for i, tokens in picked:
-            done[i] += tokens
-            if done[i] >= prompt_tokens[i]:  # a prefill that completed, or a decode, samples one token
-                produced[i] += 1
-                if produced[i] == 1:
-                    first[i] = totals
-        running = [i for i in running if produced[i] < output_tokens[i]]
+        picked = _pick(running, waiting, done, prompt_tokens, max_num_batched_tokens, max_num_seqs)
+        quantities, firsts = _advance(picked, done, produced, prompt_tokens)
+        totals += quantities
+        first[firsts] = totals
+        running[:] = [i for i in running if produced[i] < output_tokens[i]]
     return Schedule(first, totals)
+
+
+def ttfts_with_arrivals(costs: Sequence[float], prompt_tokens: Sequence[int], cached_tokens: Sequence[int],
+                        output_tokens: Sequence[int], arrivals_s: Sequence[float], *, max_num_batched_tokens: int,
+                        max_num_seqs: int) -> np.ndarray:
+    """Each request's TTFT (seconds) when requests arrive at `arrivals_s` (in order) and each step costs
+    `costs` (one per TERMS) times its quantities: the same scheduler, now on a clock."""
+    n = len(prompt_tokens)
+    done, produced, ttft = list(cached_tokens), [0] * n, np.zeros(n)
+    arriving, waiting, running, now, theta = deque(range(n)), deque(), [], 0.0, np.asarray(costs)
+    while arriving or waiting or running:
+        while arriving and arrivals_s[arriving[0]] <= now:
+            waiting.append(arriving.popleft())
+        if not waiting and not running:
+            now = arrivals_s[arriving[0]]
+            continue
+        picked = _pick(running, waiting, done, prompt_tokens, max_num_batched_tokens, max_num_seqs)
+        quantities, firsts = _advance(picked, done, produced, prompt_tokens)
+        now += float(quantities @ theta)
+        ttft[firsts] = now - np.asarray(arrivals_s)[firsts]
+        running[:] = [i for i in running if produced[i] < output_tokens[i]]
+    return ttft
 
 
 def _fit_non_negative(features: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -109,6 +149,33 @@ class CostModel:
         ttft_off, end_off = self.times(prompt_tokens, [0] * len(prompt_tokens), outputs)
         return {"throughput_gain": end_off / end_on, "ttft_change": float(ttft_on.mean() / ttft_off.mean() - 1),
                 "mean_ttft_ms_off": 1e3 * float(ttft_off.mean()), "mean_ttft_ms_on": 1e3 * float(ttft_on.mean())}
+
+    def p99_ttft_ms(self, prompt_tokens, cached_tokens, output_tokens: int, rate: float, seed: int = 0) -> float:
+        """p99 TTFT (ms) with Poisson arrivals at `rate` requests per second."""
+        arrivals = np.cumsum(np.random.default_rng(seed).exponential(1 / rate, len(prompt_tokens)))
+        ttft = ttfts_with_arrivals([self.costs[t] for t in TERMS], prompt_tokens, cached_tokens,
+                                   [output_tokens] * len(prompt_tokens), arrivals,
+                                   max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs)
+        return 1e3 * float(np.quantile(ttft, 0.99))
+
+    def capacity(self, prompt_tokens, cached_tokens, output_tokens: int, target_ms: float, *,
+                 seconds: float | None = None, min_prompts: int = 8, tolerance: float = 0.02) -> float:
+        """The highest Poisson rate whose projected p99 TTFT meets `target_ms` (bisection to within `tolerance`).
+        With `seconds`, a run at rate r sends the first max(min_prompts, r x seconds) prompts, as a benchmark
+        run of that length does (a short run ends before its queue reaches a steady state); else all of them."""
+        def p99(rate: float) -> float:
+            n = len(prompt_tokens) if seconds is None else min(len(prompt_tokens), max(min_prompts, math.ceil(rate * seconds)))
+            return self.p99_ttft_ms(prompt_tokens[:n], cached_tokens[:n], output_tokens, rate)
+
+        low, high = 0.0, 1.0
+        while p99(high) <= target_ms:
+            low, high = high, high * 2
+        while low == 0.0 or high / low > 1 + tolerance:
+            middle = (low + high) / 2 if low == 0.0 else math.sqrt(low * high)
+            if middle < 1e-3:
+                return 0.0
+            low, high = (middle, high) if p99(middle) <= target_ms else (low, middle)
+        return low
 
     def table(self) -> pd.DataFrame:
         return pd.DataFrame({"term": list(TERMS), "seconds": [self.costs[t] for t in TERMS]})

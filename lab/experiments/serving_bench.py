@@ -154,3 +154,49 @@ def unloaded_run(server: VLLMServer, *, num_prompts: int, **bench: Any) -> dict[
     server.reset_prefix_cache()
     return bench_serve(server, request_rate=math.inf, num_prompts=num_prompts,
                        extra_args=[*bench.pop("extra_args", ()), "--max-concurrency", "1"], **bench)
+
+
+def find_capacity(server: VLLMServer, target_ms: float, *, low: float, high: float, seconds_per_rate: float,
+                  tolerance: float = 0.10, min_prompts: int = 8, max_runs: int = 12, **bench: Any) -> tuple[float, pd.DataFrame]:
+    """The highest request rate whose p99 TTFT meets `target_ms`, to within `tolerance`: the bracket
+    [`low`, `high`] is first checked (and widened by halving or doubling until `low` meets the target and `high`
+    misses it), then split at its geometric middle until high / low <= 1 + tolerance. Each run starts from an
+    empty prefix cache and lasts about `seconds_per_rate`. Returns the rate (0.0 if even a rate the size of one
+    request per `seconds_per_rate` misses) and every run."""
+    number_in("tolerance", tolerance, 0, 1, "a fraction, e.g. 0.1 for capacity to within 10%", low_open=True)
+    runs: list[dict[str, Any]] = []
+    known: dict[float, bool] = {}
+
+    def meets(rate: float) -> bool:
+        if rate in known:
+            return known[rate]
+        if len(runs) >= max_runs:
+            raise RuntimeError(f"no capacity to within {tolerance:.0%} after {max_runs} runs; widen max_runs or tolerance")
+        server.reset_prefix_cache()
+        num_prompts = max(min_prompts, math.ceil(rate * seconds_per_rate))
+        runs.append(bench_serve(server, request_rate=rate, num_prompts=num_prompts, **bench) | {"num_prompts": num_prompts})
+        known[rate] = runs[-1]["p99_ttft_ms"] <= target_ms
+        return known[rate]
+
+    floor = 1 / seconds_per_rate
+    while not meets(low):
+        high, low = low, low / 2
+        if low < floor:
+            return 0.0, pd.DataFrame(runs)
+    while meets(high):
+        low, high = high, high * 2
+    while high / low > 1 + tolerance:
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if meets(middle) else (low, middle)
+    return low, pd.DataFrame(runs)
+
+
+def capacity_bracket(sweep: pd.DataFrame, target_ms: float) -> tuple[float, float]:
+    """From a sweep (one setting), the rates that bracket its capacity: the highest that met the target before
+    the first miss (half the lowest rate if none did) and the first that missed (twice the highest if none did)."""
+    rows = sweep.sort_values("request_rate")
+    met = rows.p99_ttft_ms <= target_ms
+    first_miss = int(np.argmin(met.to_numpy())) if not met.all() else len(rows)
+    low = rows.request_rate.iloc[first_miss - 1] if first_miss else rows.request_rate.iloc[0] / 2
+    high = rows.request_rate.iloc[first_miss] if first_miss < len(rows) else rows.request_rate.iloc[-1] * 2
+    return float(low), float(high)

@@ -171,11 +171,13 @@ def bench_serve(argv: Sequence[str]) -> tuple[dict[str, Any], str]:
     return result, printed.getvalue()
 
 
-def manager_replay(requests: Sequence[Sequence[int]], block_size: int, hash_algo: str = "sha256") -> tuple[list[int], float]:
+def manager_replay(requests: Sequence[Sequence[int]], block_size: int, hash_algo: str = "sha256",
+                   enable_caching: bool = True) -> tuple[list[int], float]:
     """Requests sent one at a time through vLLM's own `KVCacheManager` (the scheduler's half of prefix caching:
     hash the blocks, look them up, allocate, free), with no model behind it and a pool that never evicts.
     Returns each request's cached-token count and the seconds that bookkeeping took in all, so block sizes
-    can be compared on vLLM's code itself, including sizes a back-end's attention kernels reject."""
+    can be compared on vLLM's code itself, including sizes a back-end's attention kernels reject. With
+    `enable_caching=False` requests are not hashed and nothing is looked up, as in EngineCore with caching off."""
     import time
 
     import torch
@@ -192,8 +194,9 @@ def manager_replay(requests: Sequence[Sequence[int]], block_size: int, hash_algo
     num_blocks = sum(-(-len(r) // block_size) for r in requests) + 2
     config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
     manager = KVCacheManager(config, max_model_len=max(map(len, requests)) + block_size, scheduler_block_size=block_size,
-                             hash_block_size=block_size, enable_caching=True)
-    hasher, params, cached = get_request_block_hasher(block_size, hash_fn), SamplingParams(max_tokens=1), []
+                             hash_block_size=block_size, enable_caching=enable_caching)
+    hasher = get_request_block_hasher(block_size, hash_fn) if enable_caching else None
+    params, cached = SamplingParams(max_tokens=1), []
     start = time.perf_counter()
     for i, tokens in enumerate(requests):
         request = Request(f"r{i}", list(tokens), params, None, block_hasher=hasher)  # hashes its full blocks

@@ -108,11 +108,19 @@ def capacity_context() -> dict | None:
         "capacity on (req/s)": [_capacity_range(sweep, row, "on") for _, row in cap.iterrows()],
         "ratio": [f"{v:.2f}x" if v != float("inf") else "off meets no swept rate" for v in cap["capacity ratio"]],
         "hit rate h (on)": cap["hit rate (on, highest rate)"], "bound 1/(1-h)": cap["bound 1/(1-h)"]})
+    if "searched ratio" in cap.columns:  # capacity_repeats: found by bisection, repeated
+        table["searched off / on (req/s)"] = [f"{off:.1f} / {on:.1f}" for off, on in
+                                              zip(cap["searched off (req/s)"], cap["searched on (req/s)"])]
+        table["searched ratio (range)"] = [f"{r:.2f}x ({lo:.2f}-{hi:.2f})" for r, lo, hi in
+                                           zip(cap["searched ratio"], cap["ratio low"], cap["ratio high"])]
+    if "cost model ratio" in cap.columns:
+        table["cost model ratio"] = [f"{r:.2f}x" if pd.notna(r) else "" for r in cap["cost model ratio"]]
     return {"run_id": meta["run_id"], "env": meta["environment"], "curve": markdown_table(curve),
             "table": markdown_table(table), "implied_low": float(np.nanmin(implied)), "implied_high": float(np.nanmax(implied)),
             "article_throughput_change": article.change_percent("requests_per_s"),
             "article_ttft_change": article.change_percent("mean_ttft_ms"),
-            "zero_ratio": zero.ratio, "zero_low": zero.low, "zero_high": zero.high}
+            "zero_ratio": zero.ratio, "zero_low": zero.low, "zero_high": zero.high,
+            "zero_added_us": zero.get("added_us"), "zero_added_share": zero.get("added_share")}
 
 
 def routing_context() -> dict | None:
