@@ -90,7 +90,7 @@ def test_find_capacity_bisects_to_within_the_tolerance(monkeypatch):
 
     calls = []
     monkeypatch.setattr(serving_bench, "bench_serve", lambda server, request_rate, num_prompts, **bench:
-                        calls.append(request_rate) or {"p99_ttft_ms": 10.0 * request_rate})
+                        calls.append(request_rate) or {"p99_ttft_ms": 10.0 * request_rate, "failed": 0})
     rate, runs = serving_bench.find_capacity(Server(), 137.0, low=4, high=8, seconds_per_rate=1)
     assert 13.7 / 1.1 <= rate <= 13.7 and len(runs) == len(calls) == Server.resets
     assert len(set(calls)) == len(calls), "no rate is run twice"

@@ -84,9 +84,10 @@ def bench_args(server: VLLMServer, *, dataset: str, dataset_path: Path | None, n
 
 def bench_serve(server: VLLMServer, *, request_rate: float, num_prompts: int, output_tokens: int = 16,
                 dataset: str = "custom", dataset_path: str | Path | None = None, seed: int = 0,
-                extra_args: Sequence[str] = ()) -> dict[str, Any]:
+                extra_args: Sequence[str] = (), allow_failures: bool = False) -> dict[str, Any]:
     """One `vllm bench serve` run at `request_rate` (Poisson arrivals), as one row: TTFT percentiles,
-    throughput, goodput (with `--goodput` in extra_args) and the token hit rate from the server's /metrics."""
+    throughput, goodput (with `--goodput` in extra_args) and the token hit rate from the server's /metrics.
+    A request that failed raises, unless `allow_failures` (then the row counts them in `failed`)."""
     check_rate(request_rate)
     positive_int("num_prompts", num_prompts)
     if dataset not in ("custom", "prefix_repetition"):
@@ -102,7 +103,7 @@ def bench_serve(server: VLLMServer, *, request_rate: float, num_prompts: int, ou
         server, dataset=dataset, dataset_path=dataset_path, num_prompts=num_prompts, request_rate=request_rate,
         output_tokens=output_tokens, seed=seed, extra_args=extra_args))
     after = server.metrics()
-    if result["completed"] < num_prompts:
+    if result["completed"] < num_prompts and not allow_failures:
         errors = [e for e in result.get("errors", []) if e][:3]
         raise RuntimeError(f"{num_prompts - result['completed']} of {num_prompts} requests failed: {errors}")
     queries = after.get(QUERIES, 0.0) - before.get(QUERIES, 0.0)
@@ -110,6 +111,7 @@ def bench_serve(server: VLLMServer, *, request_rate: float, num_prompts: int, ou
         "request_rate": request_rate,
         "offered_rate": _offered_rate(result),
         "completed": result["completed"],
+        "failed": num_prompts - result["completed"],
         "duration_s": result["duration"],
         "request_throughput": result["request_throughput"],
         "request_goodput": result.get("request_goodput"),
@@ -161,8 +163,9 @@ def find_capacity(server: VLLMServer, target_ms: float, *, low: float, high: flo
     """The highest request rate whose p99 TTFT meets `target_ms`, to within `tolerance`: the bracket
     [`low`, `high`] is first checked (and widened by halving or doubling until `low` meets the target and `high`
     misses it), then split at its geometric middle until high / low <= 1 + tolerance. Each run starts from an
-    empty prefix cache and lasts about `seconds_per_rate`. Returns the rate (0.0 if even a rate the size of one
-    request per `seconds_per_rate` misses) and every run."""
+    empty prefix cache and lasts about `seconds_per_rate`; a run in which a request failed (vLLM's client
+    reported no first token) misses the target. Returns the rate (0.0 if even a rate the size of one request
+    per `seconds_per_rate` misses) and every run."""
     number_in("tolerance", tolerance, 0, 1, "a fraction, e.g. 0.1 for capacity to within 10%", low_open=True)
     runs: list[dict[str, Any]] = []
     known: dict[float, bool] = {}
@@ -174,8 +177,9 @@ def find_capacity(server: VLLMServer, target_ms: float, *, low: float, high: flo
             raise RuntimeError(f"no capacity to within {tolerance:.0%} after {max_runs} runs; widen max_runs or tolerance")
         server.reset_prefix_cache()
         num_prompts = max(min_prompts, math.ceil(rate * seconds_per_rate))
-        runs.append(bench_serve(server, request_rate=rate, num_prompts=num_prompts, **bench) | {"num_prompts": num_prompts})
-        known[rate] = runs[-1]["p99_ttft_ms"] <= target_ms
+        runs.append(bench_serve(server, request_rate=rate, num_prompts=num_prompts, allow_failures=True, **bench)
+                    | {"num_prompts": num_prompts})
+        known[rate] = runs[-1]["failed"] == 0 and runs[-1]["p99_ttft_ms"] <= target_ms
         return known[rate]
 
     floor = 1 / seconds_per_rate
