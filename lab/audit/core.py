@@ -31,6 +31,7 @@ from lab.audit.prompts import DEFAULT_KV_TOKENS, Prompts, encode, load_tokenizer
 from lab.audit.replay import check_capacity, radix_hit_rate, replay_hit_rate
 from lab.audit.what_ifs import divergence_points, what_ifs
 from lab.checks import positive_int
+from lab.core.block_hash import REPLAY_HASH
 from lab.core.prefix_cache import PrefixCache
 from lab.experiments.cost_model import fitted
 from lab.serving.engine_settings import accepted_block_sizes
@@ -129,10 +130,11 @@ def _why(prompts: Prompts, tokenizer, block_size: int, kv_tokens: int, block_siz
     """Every uncached token's cause (all prompts), each cause's what-if and the divergence points (the first
     `sample` prompts: each what-if replays them again)."""
     salts = prompts.salts if any(prompts.salts) else None
-    misses = attribute(prompts.token_ids, block_size=block_size, kv_tokens=kv_tokens, salts=salts, progress=progress)
+    misses = attribute(prompts.token_ids, block_size=block_size, kv_tokens=kv_tokens, salts=salts, progress=progress,
+                       hash_algo=REPLAY_HASH)
     ids = prompts.token_ids[:sample]
     sampled = misses if len(ids) == len(prompts.token_ids) else attribute(
-        ids, block_size=block_size, kv_tokens=kv_tokens, salts=salts[:sample] if salts else None)
+        ids, block_size=block_size, kv_tokens=kv_tokens, salts=salts[:sample] if salts else None, hash_algo=REPLAY_HASH)
     changes = what_ifs(ids, sampled, salts=salts[:sample] if salts else None,
                        block_sizes=block_sizes or accepted_block_sizes())
     return misses, changes, divergence_points(prompts.token_ids, misses, tokenizer.decode)
@@ -151,7 +153,7 @@ def _after_moving(fields: list[Field], texts: list[str], tokenizer, block_size: 
     for field in fields:
         texts = [move_line_to_end(t, field.label) for t in texts]
     ids = encode(tokenizer, texts)
-    cached = PrefixCache(num_blocks=kv_tokens // block_size, block_size=block_size).replay(ids)
+    cached = PrefixCache(num_blocks=kv_tokens // block_size, block_size=block_size, hash_algo=REPLAY_HASH).replay(ids)
     return project(cost_model, list(map(len, ids)), cached, output_tokens)
 
 
@@ -191,7 +193,7 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
     _, fleet_ids, fleet_tenants = _sample(prompts, fleet_sample)
     fleet = fleet_policies(fleet_ids, fleet_tenants, replicas, best_size, kv_tokens, progress=progress)
     fleet_misses = attribute(fleet_ids, block_size=best_size, kv_tokens=kv_tokens, replicas=replicas,
-                             replica_of=fleet.routes).table() if replicas > 1 else None
+                             replica_of=fleet.routes, hash_algo=REPLAY_HASH).table() if replicas > 1 else None
     lap("fleet")
     salt = salt_cost(prompts.token_ids, prompts.tenants, best_size, kv_tokens)
     lap("tenant salt")

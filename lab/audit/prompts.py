@@ -114,10 +114,8 @@ def read_prompts(path: str | Path, tokenizer, *, max_model_len: int | None = Non
     token_ids = []
     for start in tqdm(range(0, len(good), 1000), desc="tokenizing", unit="k prompts", disable=not progress, leave=False):
         batch = good[start:start + 1000]
-        plain = tokenizer([g["text"] for g in batch if not g["chat"]])["input_ids"] if any(not g["chat"] for g in batch) else []
-        chats = tokenizer([g["text"] for g in batch if g["chat"]], add_special_tokens=False)["input_ids"] \
-            if any(g["chat"] for g in batch) else []
-        plain, chats = iter(plain), iter(chats)
+        plain = iter(token_ids_of(tokenizer, [g["text"] for g in batch if not g["chat"]]))
+        chats = iter(token_ids_of(tokenizer, [g["text"] for g in batch if g["chat"]], add_special_tokens=False))
         token_ids += [next(chats) if g["chat"] else next(plain) for g in batch]
     limit = max_model_len or getattr(tokenizer, "model_max_length", None)
     kept = []
@@ -136,5 +134,16 @@ def read_prompts(path: str | Path, tokenizer, *, max_model_len: int | None = Non
                    [g["tenant"] for g, _ in kept], [g["salt"] for g, _ in kept], skipped)
 
 
+def token_ids_of(tokenizer, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
+    """The token ids of each text, as `tokenizer(texts)["input_ids"]` gives them; through the Rust tokenizer's
+    batch call without offsets or attention masks when there is one (several times faster on long prompts)."""
+    if not texts:
+        return []
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and hasattr(backend, "encode_batch_fast"):
+        return [e.ids for e in backend.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)]
+    return tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"]
+
+
 def encode(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    return [ids for start in range(0, len(texts), 1000) for ids in tokenizer(list(texts[start:start + 1000]))["input_ids"]]
+    return [ids for start in range(0, len(texts), 1000) for ids in token_ids_of(tokenizer, texts[start:start + 1000])]

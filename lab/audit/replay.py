@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lab.audit.prompts import AuditInputError
+from lab.core.block_hash import REPLAY_HASH
 from lab.core.prefix_cache import PrefixCache
 from lab.core.radix_cache import RadixCache
 
@@ -14,7 +15,7 @@ def replay_hit_rate(token_ids: Sequence[Sequence[int]], block_size: int, kv_toke
                     salts: Sequence[str | None] | None = None) -> float:
     """Token hit rate of the prompts replayed one at a time, in order, through one `PrefixCache` holding
     `kv_tokens` tokens (least recently used blocks evicted first, as in vLLM)."""
-    cache = PrefixCache(num_blocks=max(kv_tokens // block_size, 1), block_size=block_size)
+    cache = PrefixCache(num_blocks=max(kv_tokens // block_size, 1), block_size=block_size, hash_algo=REPLAY_HASH)
     return sum(cache.replay(token_ids, salts)) / sum(map(len, token_ids))
 
 

@@ -13,11 +13,12 @@ import pandas as pd
 
 from lab.audit.fields import line_label as label
 from lab.audit.misses import Misses, attribute
+from lab.core.block_hash import REPLAY_HASH
 
 
 def _hit_rate(token_ids, misses: Misses, **changes) -> float:
     settings = dict(block_size=misses.block_size, kv_tokens=misses.kv_tokens, salts=None, replica_of=None,
-                    replicas=1) | changes
+                    replicas=1, hash_algo=REPLAY_HASH) | changes
     return attribute(token_ids, **settings).hit_rate
 
 

@@ -38,6 +38,11 @@ HASH_FUNCTIONS: dict[str, Callable[[Any], bytes]] = {
     "xxhash": lambda obj: _xxh3_128(_pickled(obj)),  # fast, not collision resistant
     "xxhash_cbor": lambda obj: _xxh3_128(_cbor(obj)),
 }
+REPLAY_HASH = "builtin"  # not vLLM's: Python's own hash, ten times faster, for counting hits in large traces
+
+
+def _builtin(obj: Any) -> bytes:
+    return hash(obj).to_bytes(8, "big", signed=True)
 
 
 MEMO_SIZE = 1 << 14  # block hashes remembered per algorithm (a few MB at most)
@@ -51,11 +56,15 @@ def hash_function(hash_algo: str) -> Callable[[Any], bytes]:
     remembered: the same bytes, about five times faster on a hit. vLLM hashes each request once when it
     arrives and keeps no such memo; nothing else differs.
     """
+    if hash_algo == REPLAY_HASH:  # a block pool's hits and evictions depend only on which blocks are equal
+        return _builtin
     if hash_algo not in HASH_FUNCTIONS:
-        raise ValueError(f"hash_algo={hash_algo!r} is not supported; choose one of {sorted(HASH_FUNCTIONS)}")
+        raise ValueError(f"hash_algo={hash_algo!r} is not supported; choose one of {sorted(HASH_FUNCTIONS)} "
+                         f"(or {REPLAY_HASH!r} for replays that only count hits)")
     return lru_cache(maxsize=MEMO_SIZE)(HASH_FUNCTIONS[hash_algo])
 
 
+@cache  # PYTHONHASHSEED is read once per process, as vLLM does at start-up
 def none_hash(hash_algo: str = "sha256") -> bytes:
     """The parent hash of every chain's first block.
 

@@ -103,15 +103,17 @@ def bench_serve(server: VLLMServer, *, request_rate: float, num_prompts: int, ou
         server, dataset=dataset, dataset_path=dataset_path, num_prompts=num_prompts, request_rate=request_rate,
         output_tokens=output_tokens, seed=seed, extra_args=extra_args))
     after = server.metrics()
-    if result["completed"] < num_prompts and not allow_failures:
+    sent = len(result["input_lens"])  # prefix_repetition makes num_prompts // num_prefixes per prefix
+    if result["completed"] < sent and not allow_failures:
         errors = [e for e in result.get("errors", []) if e][:3]
-        raise RuntimeError(f"{num_prompts - result['completed']} of {num_prompts} requests failed: {errors}")
+        raise RuntimeError(f"{sent - result['completed']} of {sent} requests failed: {errors}")
     queries = after.get(QUERIES, 0.0) - before.get(QUERIES, 0.0)
     return {
         "request_rate": request_rate,
         "offered_rate": _offered_rate(result),
+        "sent": sent,
         "completed": result["completed"],
-        "failed": num_prompts - result["completed"],
+        "failed": sent - result["completed"],
         "duration_s": result["duration"],
         "request_throughput": result["request_throughput"],
         "request_goodput": result.get("request_goodput"),
