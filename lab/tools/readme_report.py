@@ -119,6 +119,7 @@ def capacity_context() -> dict | None:
             "table": markdown_table(table), "implied_low": float(np.nanmin(implied)), "implied_high": float(np.nanmax(implied)),
             "article_throughput_change": article.change_percent("requests_per_s"),
             "article_ttft_change": article.change_percent("mean_ttft_ms"),
+            "searched": "searched ratio" in cap.columns,
             "zero_ratio": zero.ratio, "zero_low": zero.low, "zero_high": zero.high,
             "zero_added_us": zero.get("added_us"), "zero_added_share": zero.get("added_share")}
 
