@@ -111,10 +111,10 @@ def _open(pool, client, server, connections: int) -> None:
 
 
 def _send_all(pool, client, server, prompts: Sequence[Sequence[int]], salts: Sequence[str | None],
-              waves: Sequence[int], stagger_s: float) -> list[tuple[int, float, float]]:
+              waves: Sequence[int], stagger_s: float, lead_s: float) -> list[tuple[int, float, float]]:
     """Cached tokens of each request as its usage reports them, and when it was sent and answered (seconds).
-    Consecutive requests of one wave are sent `stagger_s` apart and are in flight together; the next wave
-    starts when they have all been answered. A failed request raises."""
+    Consecutive requests of one wave are in flight together: the first gets a lead of `lead_s`, the rest follow
+    `stagger_s` apart; the next wave starts when they have all been answered. A failed request raises."""
     from itertools import groupby
 
     from lab.serving.client import stream_completion
@@ -126,22 +126,26 @@ def _send_all(pool, client, server, prompts: Sequence[Sequence[int]], salts: Seq
         return cached, sent, time.monotonic()
 
     cached = []
-    for _, members in groupby(range(len(prompts)), key=waves.__getitem__):
-        futures = []
-        for i in members:
+    for _, group in groupby(range(len(prompts)), key=waves.__getitem__):
+        wave, futures = list(group), []
+        for i in wave:
             futures.append(pool.submit(send, i))
-            time.sleep(stagger_s)
+            if len(wave) > 1:
+                time.sleep(lead_s if len(futures) == 1 else stagger_s)
         cached += [future.result() for future in futures]
     return cached
 
 
 def reconcile(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Sequence[str | None] | None = None,
-              waves: Sequence[int] | None = None, stagger_s: float = 0.005, model: str | None = None,
+              waves: Sequence[int] | None = None, stagger_s: float = 0.005, lead_s: float = 0.1,
+              model: str | None = None,
               server_environment: dict[str, str] | None = None) -> Reconciliation:
     """Replay the trace on a real `vllm serve` with the attribution's block size and KV capacity (one server;
     each replica's requests in turn, the cache emptied in between) and compare (see the module docstring).
     `waves`: one number per request; consecutive requests with the same number are in flight together
-    (None: one request at a time)."""
+    (None: one request at a time). A wave's first request leads by `lead_s`, so that on a busy machine the
+    next cannot reach the engine before it (the order is what the replay assumed); the rest follow `stagger_s`
+    apart."""
     from lab.serving.metrics import parse_metrics
     from lab.serving.processes import free_port
     from lab.serving.server import VLLMServer
@@ -166,7 +170,7 @@ def reconcile(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Sequ
                 _open(pool, client, server, widest)
                 first = parse_metrics(server.metrics_text())
                 cached = _send_all(pool, client, server, [token_ids[i] for i in index], [salts[i] for i in index],
-                                   [waves[i] for i in index], stagger_s)
+                                   [waves[i] for i in index], stagger_s, lead_s)
             before_after.append((first, parse_metrics(server.metrics_text())))
             engine |= dict(zip(index, cached))
         events = read_kv_events(replay_port)
@@ -180,4 +184,5 @@ def reconcile(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Sequ
     return Reconciliation(requests, counters, (misses.blocks_stored, len(events.stored)),
                           (misses.evictions, len(events.removed)),
                           (len(blamed), len(blamed & set(events.removed))),
-                          f"{len(set(waves))} waves for {len(waves)} requests, in a wave {stagger_s * 1000:.0f} ms apart")
+                          f"{len(set(waves))} waves for {len(waves)} requests; in a wave the first leads by "
+                          f"{lead_s * 1000:.0f} ms, the rest {stagger_s * 1000:.0f} ms apart")
