@@ -195,7 +195,7 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
     fleet_misses = attribute(fleet_ids, block_size=best_size, kv_tokens=kv_tokens, replicas=replicas,
                              replica_of=fleet.routes, hash_algo=REPLAY_HASH).table() if replicas > 1 else None
     lap("fleet")
-    salt = salt_cost(prompts.token_ids, prompts.tenants, best_size, kv_tokens)
+    salt = salt_cost(prompts.token_ids, prompts.tenants, best_size, kv_tokens, shared=rates[best_size])
     lap("tenant salt")
     lengths = pd.Series(list(map(len, prompts.token_ids)))
     return AuditResult(

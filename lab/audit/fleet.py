@@ -68,11 +68,11 @@ def _recommend(table: pd.DataFrame, max_imbalance: float) -> str:
 
 
 def salt_cost(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | None], block_size: int,
-              kv_tokens: int) -> SaltCost | None:
+              kv_tokens: int, shared: float | None = None) -> SaltCost | None:
     """Hit rate with and without a per-tenant `cache_salt` (which closes the timing side channel between
-    tenants, and stops them sharing); None without tenants."""
+    tenants, and stops them sharing); None without tenants. `shared`: the unsalted hit rate, if already replayed."""
     if not any(t is not None for t in tenants):
         return None
-    shared = replay_hit_rate(token_ids, block_size, kv_tokens)
+    shared = replay_hit_rate(token_ids, block_size, kv_tokens) if shared is None else shared
     salted = replay_hit_rate(token_ids, block_size, kv_tokens, salts=list(tenants))
     return SaltCost(len(set(tenants)), shared, salted)

@@ -61,7 +61,8 @@ class Misses:
     block_size: int
     kv_tokens: int  # per replica
     replicas: int
-    requests: pd.DataFrame  # request, replica, prompt_tokens, cached_tokens, one column per cause, shared_prefix
+    requests: pd.DataFrame  # request, replica, prompt_tokens, cached_tokens, one column per cause, shared_prefix,
+    #                         blocks_stored
     evicted_hashes: set[bytes]  # chain hashes a later request missed because they were evicted
     evictions: int  # cached blocks the pools evicted (vLLM's BlockRemoved events)
     blocks_stored: int  # full blocks computed and cached (vLLM's BlockStored events)
@@ -207,5 +208,6 @@ def attribute(token_ids: Sequence[Sequence[int]], *, block_size: int, kv_tokens:
         seen.remember(ids, block_size, unsalted, salted, replica, first_new)
         seen.windows.update(windows[first_new * block_size::STRIDE].tolist())
     table = pd.DataFrame(rows)
-    stored = int((table.prompt_tokens // block_size - table.cached_tokens // block_size).sum())
-    return Misses(block_size, kv_tokens, replicas, table, evicted, sum(p.stats.evictions for p in pools), stored)
+    table["blocks_stored"] = table.prompt_tokens // block_size - table.cached_tokens // block_size  # full blocks computed
+    return Misses(block_size, kv_tokens, replicas, table, evicted, sum(p.stats.evictions for p in pools),
+                  int(table.blocks_stored.sum()))

@@ -25,10 +25,7 @@ def _hit_rate(token_ids, misses: Misses, **changes) -> float:
 def working_set_tokens(misses: Misses) -> int:
     """A KV capacity per replica that never evicts on this trace: every block the replay stored, on the
     replica that stored most."""
-    per_replica = misses.requests.groupby("replica").apply(
-        lambda rows: (rows.prompt_tokens // misses.block_size - rows.cached_tokens // misses.block_size).sum(),
-        include_groups=False)
-    return int(per_replica.max() + 1) * misses.block_size
+    return int(misses.requests.groupby("replica").blocks_stored.sum().max() + 1) * misses.block_size
 
 
 def what_ifs(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Sequence[str | None] | None = None,
