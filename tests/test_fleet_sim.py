@@ -7,7 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lab.core.prefix_cache import PrefixCache
-from lab.experiments.fleet_sim import POLICIES, CacheAwareKnobs, FleetSim, summarize_sim
+from lab.experiments.fleet_sim import (
+    POLICIES,
+    SIM_POLICIES,
+    CacheAwareKnobs,
+    FleetSim,
+    hash_requests,
+    summarize_sim,
+)
 
 BLOCK = 4
 
@@ -48,7 +55,7 @@ def test_one_at_a_time_cache_aware_sends_everything_to_the_first_replica():
 
 
 @settings(max_examples=40, deadline=None)
-@given(policy=st.sampled_from(POLICIES), replicas=st.integers(1, 5), concurrency=st.integers(1, 6),
+@given(policy=st.sampled_from(SIM_POLICIES), replicas=st.integers(1, 5), concurrency=st.integers(1, 6),
        lengths=st.lists(st.integers(1, 40), min_size=1, max_size=30), seed=st.integers(0, 3))
 def test_every_request_is_served_once_and_loads_add_up(policy, replicas, concurrency, lengths, seed):
     requests = [[(seed + i) % 3] * n for i, n in enumerate(lengths)]  # three prefixes, many repeats
@@ -59,6 +66,10 @@ def test_every_request_is_served_once_and_loads_add_up(policy, replicas, concurr
     assert (routed.cached_tokens < routed.prompt_tokens).all(), "the last prompt token is always computed"
     assert sim.load == [0] * replicas, "every request finished and released its replica"
     assert all(cache.num_free_blocks == 64 for cache in sim.caches), "no block is left held"
+    assert (routed.ttft >= 1).all(), "a request waits at least its own prefill step"
+    again = FleetSim(replicas, policy, kv_blocks=64, block_size=BLOCK, seed=seed)
+    assert again.run(requests, concurrency=concurrency, chains=hash_requests(requests, BLOCK)).equals(routed), \
+        "a trace hashed once routes exactly as one hashed per run"
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -112,3 +123,63 @@ def test_the_upper_bound_is_a_cache_that_never_evicts():
     for policy in POLICIES:
         routed = FleetSim(3, policy, kv_blocks=16, block_size=BLOCK).run(requests, concurrency=3)
         assert summarize_sim(routed, 3).fleet_hit_rate <= upper_bound_hit_rate(requests, BLOCK)
+
+
+def test_bounded_load_keeps_a_hot_key_within_its_cap():
+    """One key sends everything: consistent_hash piles it on one replica; bounded_load moves the overflow on
+    round the ring, and no replica ever holds more than load_factor x the mean load."""
+    requests = [[5] * 40 + [i] for i in range(60)]
+    keys = ["hot"] * 60
+    pinned = FleetSim(4, "consistent_hash", kv_blocks=64, block_size=BLOCK).run(requests, concurrency=8, keys=keys)
+    assert pinned.replica.nunique() == 1
+    sim = FleetSim(4, "bounded_load", kv_blocks=64, block_size=BLOCK)
+    highest = []
+    original_choose = sim.choose
+
+    def watching_choose(*args):
+        chosen = original_choose(*args)
+        highest.append(sim.load[chosen[0]] + 1)  # the chosen replica's load once this request is on it
+        return chosen
+    sim.choose = watching_choose
+    spread = sim.run(requests, concurrency=8, keys=keys)
+    assert spread.replica.nunique() > 1
+    assert max(highest) <= 3, "8 in flight over 4 replicas: ceil(1.25 x 8 / 4) = 3 per replica at most"
+    assert summarize_sim(spread, 4).fleet_hit_rate > 0.5, "the key's ring order keeps its overflow on few replicas"
+
+
+def test_kv_cost_weighs_cached_blocks_against_queued_work():
+    """Request 0 caches a 40-token prefix on replica 0. Alone, a request sharing it goes there (a hit is cheaper
+    than a prefill). Behind enough queued work, it is prefilled again on the other replica."""
+    prefix = [9] * 40
+    routed = FleetSim(2, "kv_cost", kv_blocks=64, block_size=BLOCK).run([prefix + [1], prefix + [2]])
+    assert routed.replica.tolist() == [0, 0] and routed.cached_tokens.tolist() == [0, 40]
+    # all sent at once; in steps: replica 0 holds 11.25 (the prefix), replica 1 takes 51 (200 tokens), replica 0
+    # the next two (26 each): the last request waits 63.25 + 1.25 on replica 0 or 51 + 11.25 on replica 1
+    queued = [prefix + [1], [3] * 200, [4] * 100, [5] * 100, prefix + [2]]
+    routed = FleetSim(2, "kv_cost", kv_blocks=256, block_size=BLOCK).run(queued, concurrency=5)
+    assert routed.replica.tolist() == [0, 1, 0, 0, 1] and routed.cached_tokens.iloc[-1] == 0
+
+
+def test_a_replica_serves_its_queue_first_come_first_served():
+    """Three misses on one replica, sent together: each waits for the prefills before it."""
+    requests = [[i] * 16 + [99] for i in range(3)]  # 4 full blocks and one token: 1 + 17/4 steps each
+    routed = FleetSim(1, "round_robin", kv_blocks=64, block_size=BLOCK).run(requests, concurrency=3)
+    step = 1 + 17 / BLOCK
+    assert routed.ttft.tolist() == [step, 2 * step, 3 * step]
+
+
+def test_the_cost_model_gives_prefill_milliseconds():
+    from lab.experiments.cost_model import CostModel
+    from lab.experiments.fleet_sim import service_from_cost_model
+
+    model = CostModel({"fixed": 0.01, "per_sequence": 0.001, "per_token": 1e-4, "per_attention": 0.0}, 2048, 64, 0.0)
+    service = service_from_cost_model(model)
+    assert service(1000, 0) == 1e3 * (0.011 + 0.1)
+    assert service(1000, 1000 - 1) < service(1000, 0) / 5, "a hit costs a step, not a prefill"
+
+
+def test_router_flags_become_knobs():
+    knobs = CacheAwareKnobs.from_router_flags(["--balance-abs-threshold", "1", "--balance-rel-threshold", "1.0"])
+    assert (knobs.balance_abs_threshold, knobs.balance_rel_threshold, knobs.cache_threshold) == (1, 1.0, 0.3)
+    with pytest.raises(ValueError, match=r"the simulator knows --cache-threshold"):
+        CacheAwareKnobs.from_router_flags(["--router-temperature", "1"])

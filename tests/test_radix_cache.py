@@ -97,3 +97,16 @@ def test_random_operations_keep_the_contract(ops, capacity):
         for salt_, tokens in running.values():
             assert any(s == salt_ and t[:len(tokens)] == tokens for s, t in sequences), "running requests stay cached"
         assert all(node.ref_count >= 0 for node in cache._nodes())
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=st.lists(st.integers(0, 2), max_size=12), tokens=st.lists(st.integers(0, 2), max_size=14),
+       start=st.integers(0, 14))
+def test_common_prefix_length_matches_a_token_by_token_count(key, tokens, start):
+    from lab.core.radix_cache import common_prefix_length
+
+    start = min(start, len(tokens))
+    expected = 0
+    while expected < len(key) and start + expected < len(tokens) and key[expected] == tokens[start + expected]:
+        expected += 1
+    assert common_prefix_length(tuple(key), tokens, start) == expected

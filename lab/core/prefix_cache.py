@@ -91,14 +91,26 @@ class PrefixCache:
         hashes = chain_hashes(blocks, self.hash_algo, cache_salt)
         return len(self._longest_hit(hashes[:(len(token_ids) - 1) // self.block_size], blocks)) * self.block_size
 
-    def allocate(self, request_id: str, token_ids: Sequence[int], cache_salt: str | None = None) -> int:
-        """Give a request blocks for its prompt; returns how many prompt tokens come from cache."""
+    def cached_prefix_blocks(self, hashes: Sequence[bytes], blocks: Sequence[tuple[int, ...]]) -> int:
+        """How many leading blocks of a chain (hashed with this pool's `hash_algo`) are cached now: a lookup
+        for callers that hash a prompt once and ask many pools (changes nothing)."""
+        return len(self._longest_hit(list(hashes), list(blocks))) if self.enable_caching else 0
+
+    def allocate(self, request_id: str, token_ids: Sequence[int], cache_salt: str | None = None,
+                 chain: tuple[list[tuple[int, ...]], list[bytes]] | None = None) -> int:
+        """Give a request blocks for its prompt; returns how many prompt tokens come from cache. `chain`: the
+        prompt's full blocks and their hashes (this pool's `hash_algo`, the salt), for a caller that has them."""
         if request_id in self.tables:
             raise ValueError(f"request_id={request_id!r} already holds blocks; free it first")
         if len(token_ids) == 0:
             raise ValueError("token_ids is empty: a request needs at least one prompt token")
-        blocks = full_blocks(token_ids, self.block_size) if self.enable_caching else []
-        hashes = chain_hashes(blocks, self.hash_algo, cache_salt)
+        if not self.enable_caching:
+            blocks, hashes = [], []
+        elif chain is not None:
+            blocks, hashes = chain
+        else:
+            blocks = full_blocks(token_ids, self.block_size)
+            hashes = chain_hashes(blocks, self.hash_algo, cache_salt)
         max_hit_blocks = (len(token_ids) - 1) // self.block_size  # the last token is always computed
         hit = self._longest_hit(hashes[:max_hit_blocks], blocks)
         num_new = -(-len(token_ids) // self.block_size) - len(hit)

@@ -15,6 +15,22 @@ from itertools import count
 from lab.core.prefix_cache import CacheFullError, CacheStats
 
 
+def common_prefix_length(key: tuple[int, ...], token_ids: Sequence[int], start: int) -> int:
+    """How many leading tokens of `key` equal `token_ids[start:]`. Slices compare in C: one comparison when
+    the whole edge matches (the common case), a bisection of slices where it does not."""
+    n = min(len(key), len(token_ids) - start)
+    if key[:n] == tuple(token_ids[start:start + n]):
+        return n
+    low, high = 0, n  # key[:low] matches, key[:high] does not
+    while high - low > 1:
+        mid = (low + high) // 2
+        if key[low:mid] == tuple(token_ids[start + low:start + mid]):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
 @dataclass(eq=False)
 class Node:
     key: tuple[int, ...] = ()
@@ -89,10 +105,7 @@ class RadixCache:
             child = node.children.get(token_ids[matched])
             if child is None:
                 break
-            common = 0
-            while (common < len(child.key) and matched + common < len(token_ids)
-                   and child.key[common] == token_ids[matched + common]):
-                common += 1
+            common = common_prefix_length(child.key, token_ids, matched)
             matched += common
             node = child if common == len(child.key) else None
         return matched
@@ -114,10 +127,7 @@ class RadixCache:
         """Deepest node whose path is a prefix of token_ids (splitting an edge matched part-way)."""
         node, matched = root, 0
         while matched < len(token_ids) and (child := node.children.get(token_ids[matched])):
-            common = 0
-            while (common < len(child.key) and matched + common < len(token_ids)
-                   and child.key[common] == token_ids[matched + common]):
-                common += 1
+            common = common_prefix_length(child.key, token_ids, matched)
             if common < len(child.key):
                 child = self._split(child, common)
             node, matched = child, matched + common

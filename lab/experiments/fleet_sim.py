@@ -1,32 +1,43 @@
 """A fleet of N simulated replicas, each a `lab.core.prefix_cache.PrefixCache`, behind vllm-router's policies
-written from its documentation and from what the real router was seen to do. It carries the routing lesson
-to fleet sizes one CPU cannot run, and it is only to be believed where it agrees with `lab.serving.fleet` on the
-same workload and arrival order.
+written from its documentation and from what the real router was seen to do, and two policies the router does
+not have that bound each replica's load. It carries the routing lesson to fleet sizes one CPU cannot run, and
+it is only to be believed where it agrees with `lab.serving.fleet` on the same workload and arrival order.
 
     sim = FleetSim(replicas=64, policy="cache_aware", kv_blocks=160, block_size=32)
-    routed = sim.run(token_ids_per_request, concurrency=6)    # one row per request: replica, cached tokens
+    routed = sim.run(token_ids_per_request, concurrency=6)    # one row per request: replica, cached tokens, TTFT
 
-Concurrency is modelled as a closed loop of `concurrency` clients: each sends its next request when its last
-one finishes, and a request holds its replica (its load, and its KV blocks) for as long as its prefill takes,
-one step plus one per uncached block. So a miss keeps its replica busy far longer than a hit, as on a real
-server, and a load-aware policy sends the next miss elsewhere.
+Concurrency is a closed loop of `concurrency` clients: each sends its next request when its last one has its
+first token. A replica prefills its requests one after another (first come, first served), each for
+`service(prompt_tokens, cached_tokens)`; a request holds its replica (its load, and its KV blocks) until its
+prefill ends. So a miss keeps its replica busy far longer than a hit, a hot replica builds a queue, and a
+load-aware policy sends the next miss elsewhere. The default service time is in steps (one per request plus
+one per uncached block); `service_from_cost_model` gives milliseconds from a fitted `CostModel`.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import heapq
+import math
 import random
-from collections.abc import Hashable, Sequence
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
 from lab.checks import positive_int
+from lab.core.block_hash import REPLAY_HASH, chain_hashes, full_blocks
 from lab.core.prefix_cache import CacheFullError, PrefixCache
 from lab.core.radix_cache import RadixCache
 
-POLICIES = ("random", "round_robin", "power_of_two", "consistent_hash", "cache_aware")
+POLICIES = ("random", "round_robin", "power_of_two", "consistent_hash", "cache_aware")  # as vllm-router has them
+BOUNDED_POLICIES = ("bounded_load", "kv_cost")  # not in vllm-router: each bounds what one replica takes
+SIM_POLICIES = POLICIES + BOUNDED_POLICIES
+RING_POINTS = 64  # virtual nodes per replica on the hash ring
+
+Service = Callable[[int, int], float]  # (prompt tokens, cached tokens) -> prefill time
 
 
 @dataclass
@@ -37,23 +48,61 @@ class CacheAwareKnobs:
     balance_abs_threshold: int = 64  # imbalanced when max load - min load exceeds this ...
     balance_rel_threshold: float = 1.5  # ... and max load exceeds this times min load
     miss_to: str = "least_loaded"  # a miss: "least_loaded" (what 0.1.17 did, ties to the first) or "smallest_tree" (its docs)
+    load_factor: float = 1.25  # bounded_load: no replica takes more than this times the mean load (rounded up)
+
+    @classmethod
+    def from_router_flags(cls, flags: Sequence[str]) -> CacheAwareKnobs:
+        """The knobs a vllm-router command line sets, e.g. ["--balance-abs-threshold", "1"]."""
+        names = {"--cache-threshold": ("cache_threshold", float),
+                 "--balance-abs-threshold": ("balance_abs_threshold", int),
+                 "--balance-rel-threshold": ("balance_rel_threshold", float)}
+        unknown = [flag for flag in flags[::2] if flag not in names]
+        if unknown or len(flags) % 2:
+            raise ValueError(f"flags={list(flags)!r}: the simulator knows {', '.join(names)}, each with a value")
+        return cls(**{names[flag][0]: names[flag][1](value) for flag, value in zip(flags[::2], flags[1::2])})
+
+
+def steps(block_size: int) -> Service:
+    """The default service time: one step per request plus one per uncached block."""
+    return lambda prompt, cached: 1 + (prompt - cached) / block_size
+
+
+def block_chain(token_ids: Sequence[int], block_size: int) -> tuple[list, list]:
+    """A prompt's full blocks and their chain hashes, as the simulated pools hash them."""
+    blocks = full_blocks(token_ids, block_size)
+    return blocks, chain_hashes(blocks, REPLAY_HASH)
+
+
+def hash_requests(requests: Sequence[Sequence[int]], block_size: int) -> list[tuple[list, list]]:
+    """Every request's `block_chain`: hash a trace once, then simulate it under several policies."""
+    return [block_chain(token_ids, block_size) for token_ids in requests]
+
+
+def _hash64(*parts) -> int:
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "big")
 
 
 class FleetSim:
     def __init__(self, replicas: int, policy: str, kv_blocks: int, block_size: int, seed: int = 0,
-                 knobs: CacheAwareKnobs | None = None) -> None:
+                 knobs: CacheAwareKnobs | None = None, service: Service | None = None) -> None:
         positive_int("replicas", replicas, "a positive number of replicas")
-        if policy not in POLICIES:
-            raise ValueError(f"policy={policy!r}: the simulator has {', '.join(POLICIES)}")
+        if policy not in SIM_POLICIES:
+            raise ValueError(f"policy={policy!r}: the simulator has {', '.join(SIM_POLICIES)}")
         self.policy, self.knobs, self.seed, self.rng = policy, knobs or CacheAwareKnobs(), seed, random.Random(seed)
-        self.caches = [PrefixCache(num_blocks=kv_blocks, block_size=block_size) for _ in range(replicas)]
-        self.trees = [RadixCache(capacity_tokens=10**12) for _ in range(replicas)]  # the router's view, never evicted
-        self.load = [0] * replicas
-        self.block_size = block_size
+        self.caches = [PrefixCache(num_blocks=kv_blocks, block_size=block_size, hash_algo=REPLAY_HASH)
+                       for _ in range(replicas)]
+        # the router's view, never evicted (kept only by the policy that reads it)
+        self.trees = [RadixCache(capacity_tokens=10**12) for _ in range(replicas)] if policy == "cache_aware" else []
+        self.load = [0] * replicas  # requests holding each replica (queued or prefilling), as the router counts them
+        self.busy_until = [0.0] * replicas  # kv_cost: when the work it sent each replica should end
+        self.block_size, self.service = block_size, service or steps(block_size)
         self.turn = 0
+        self.ring = sorted((_hash64(seed, r, v), r) for r in range(replicas) for v in range(RING_POINTS))
 
-    def choose(self, token_ids: Sequence[int], key: Hashable | None = None) -> tuple[int, float]:
-        """The replica for one request, and the best approximate match rate the router saw (cache_aware)."""
+    def choose(self, token_ids: Sequence[int], key: Hashable | None = None, now: float = 0.0,
+               chain: tuple[list, list] | None = None) -> tuple[int, float]:
+        """The replica for one request, and the best match rate the router saw (cache_aware, kv_cost). `chain`:
+        the prompt's full blocks and their hashes, if already computed."""
         n = len(self.caches)
         if self.policy == "round_robin":
             self.turn += 1
@@ -63,12 +112,40 @@ class FleetSim:
         if self.policy == "power_of_two":
             a, b = self.rng.sample(range(n), 2) if n > 1 else (0, 0)
             return (a if self.load[a] <= self.load[b] else b), 0.0
-        if self.policy == "consistent_hash":  # no session key: the router hashes the whole request body
-            # which replica a key lands on depends on the router's own hash function; the seed stands for it
-            hashed = key if key is not None else tuple(token_ids)
-            digest = hashlib.sha256(repr((self.seed, hashed)).encode()).digest()
-            return int.from_bytes(digest[:8], "big") % n, 0.0
+        if self.policy in ("consistent_hash", "bounded_load"):
+            # no session key: the router hashes the whole request body. Which replica a key lands on depends
+            # on the router's own hash function; the seed stands for it.
+            return self._on_ring(key if key is not None else tuple(token_ids)), 0.0
+        if self.policy == "kv_cost":
+            return self._least_cost(token_ids, chain or block_chain(token_ids, self.block_size), now)
         return self._cache_aware(token_ids)
+
+    def _on_ring(self, key: Hashable) -> int:
+        """consistent_hash: the first replica clockwise from the key's point. bounded_load (consistent hashing
+        with bounded loads, Mirrokni, Thorup and Zadimoghaddam 2018): the first whose load stays within
+        `load_factor` x the mean load once this request is counted."""
+        start = bisect.bisect(self.ring, (_hash64(self.seed, key),))
+        cap = math.ceil(self.knobs.load_factor * (sum(self.load) + 1) / len(self.load))
+        for i in range(len(self.ring)):
+            replica = self.ring[(start + i) % len(self.ring)][1]
+            if self.policy == "consistent_hash" or self.load[replica] < cap:
+                return replica
+        raise AssertionError("a replica under the cap always exists")
+
+    def _least_cost(self, token_ids: Sequence[int], chain: tuple[list, list], now: float) -> tuple[int, float]:
+        """kv_cost, the cost function of KV-aware routers: the replica where this request's first token comes
+        soonest, counting the work queued there and this request's prefill after that replica's cached blocks
+        (known exactly, as from KV events). Cached blocks and queued work are weighed in one currency: time."""
+        blocks, hashes = chain
+        hittable = (len(token_ids) - 1) // self.block_size  # the last token is always computed
+        best, best_cost, best_cached = 0, math.inf, 0
+        for replica, cache in enumerate(self.caches):
+            cached = cache.cached_prefix_blocks(hashes[:hittable], blocks[:hittable]) * self.block_size
+            cost = max(self.busy_until[replica] - now, 0.0) + self.service(len(token_ids), cached)
+            if cost < best_cost:
+                best, best_cost, best_cached = replica, cost, cached
+        self.busy_until[best] = now + best_cost  # the router's own estimate of the work it has queued there
+        return best, best_cached / len(token_ids)
 
     def _cache_aware(self, token_ids: Sequence[int]) -> tuple[int, float]:
         least = min(range(len(self.load)), key=self.load.__getitem__)  # ties: the first
@@ -84,53 +161,93 @@ class FleetSim:
             return min(range(len(self.trees)), key=lambda i: self.trees[i].num_tokens), rate
         return least, rate
 
-    def run(self, requests: Sequence[Sequence[int]], concurrency: int = 1,
-            keys: Sequence[Hashable] | None = None) -> pd.DataFrame:
-        """Route every request in order; one row per request: replica, prompt and cached tokens, match rate."""
+    def run(self, requests: Sequence[Sequence[int]], concurrency: int = 1, keys: Sequence[Hashable] | None = None,
+            chains: Sequence[tuple[list, list]] | None = None) -> pd.DataFrame:
+        """Route every request in order; one row per request: replica, prompt and cached tokens, match rate,
+        when it was sent and its TTFT (in the service time's unit). `chains`: `hash_requests(requests,
+        block_size)`, to hash a trace once for several runs."""
         if concurrency < 1:
             raise ValueError(f"concurrency={concurrency!r}: use at least one request in flight")
-        in_flight: list[tuple[float, int, int]] = []  # heap of (finish time, request, replica)
-        now, rows = 0.0, []
-        for i, token_ids in enumerate(requests):
-            if len(in_flight) == concurrency:
-                now = self._finish_next(in_flight)
-            replica, rate = self.choose(token_ids, keys[i] if keys is not None else None)
-            cached = self._admit(replica, i, token_ids, in_flight)
+        if chains is not None and len(chains) != len(requests):
+            raise ValueError(f"chains has {len(chains)} entries for {len(requests)} requests: pass "
+                             "hash_requests(requests, block_size)")
+        self._trace = (requests, keys, chains or [None] * len(requests))
+        self._queues = [deque() for _ in self.caches]  # requests waiting for each replica, first come first served
+        self._running: list[int | None] = [None] * len(self.caches)
+        self._ends: list[tuple[float, int, int]] = []  # heap of (first token time, request, replica)
+        self._rows: list[dict] = [{} for _ in requests]
+        self._sent = 0
+        for _ in range(min(concurrency, len(requests))):
+            self._send(0.0)
+        while self._ends:
+            now, request, replica = heapq.heappop(self._ends)
+            self._finish(replica, request, now)
+            self._send(now)  # the client whose request just got its first token sends its next
+        return pd.DataFrame(self._rows)
+
+    def _send(self, now: float) -> None:
+        """The next request of the trace reaches the router, which queues it at the replica it chooses."""
+        requests, keys, chains = self._trace
+        if self._sent == len(requests):
+            return
+        i, self._sent = self._sent, self._sent + 1
+        token_ids = requests[i]
+        chain = chains[i] or block_chain(token_ids, self.block_size)
+        replica, rate = self.choose(token_ids, keys[i] if keys is not None else None, now, chain)
+        if self.trees:
             self.trees[replica].allocate(str(i), token_ids)  # the router remembers the prompt ...
             self.trees[replica].free(str(i))  # ... and never forgets it (its tree is not evicted here)
-            self.load[replica] += 1
-            prefill_steps = 1 + (len(token_ids) - cached) / self.block_size
-            heapq.heappush(in_flight, (now + prefill_steps, i, replica))
-            rows.append({"request": i, "replica": replica, "prompt_tokens": len(token_ids), "cached_tokens": cached,
-                         "match_rate": rate})
-        while in_flight:
-            self._finish_next(in_flight)
-        return pd.DataFrame(rows)
+        self.load[replica] += 1
+        self._rows[i] = {"request": i, "replica": replica, "prompt_tokens": len(token_ids), "match_rate": rate,
+                         "sent": now}
+        self._queues[replica].append((i, chain))
+        self._start_next(replica, now)
 
-    def _admit(self, replica: int, request: int, token_ids: Sequence[int], in_flight: list) -> int:
-        """Allocate on the replica; if its pool is full of running requests, finish the earliest ones first
-        (a real server would queue the request until they finish)."""
-        while True:
-            try:
-                return self.caches[replica].allocate(str(request), token_ids)
-            except CacheFullError:
-                if not in_flight:
-                    raise
-                self._finish_next(in_flight)
+    def _start_next(self, replica: int, now: float) -> None:
+        """An idle replica takes the first request in its queue: its blocks are looked up and allocated now,
+        as vLLM's scheduler does when it admits a request, and its prefill ends at its first token."""
+        if self._running[replica] is not None or not self._queues[replica]:
+            return
+        request, chain = self._queues[replica].popleft()
+        token_ids = self._trace[0][request]
+        try:
+            cached = self.caches[replica].allocate(str(request), token_ids, chain=chain)
+        except CacheFullError:
+            raise ValueError(f"request {request} ({len(token_ids)} tokens) does not fit in kv_blocks="
+                             f"{self.caches[replica].num_blocks} of block_size={self.block_size}: use more "
+                             "blocks") from None
+        first_token = now + self.service(len(token_ids), cached)
+        self._running[replica] = request
+        heapq.heappush(self._ends, (first_token, request, replica))
+        row = self._rows[request]
+        row.update(cached_tokens=cached, ttft=first_token - row["sent"])
 
-    def _finish_next(self, in_flight: list) -> float:
-        """Finish the request that ends first; returns its finish time."""
-        finish, request, replica = heapq.heappop(in_flight)
+    def _finish(self, replica: int, request: int, now: float) -> None:
         self.caches[replica].free(str(request))
         self.load[replica] -= 1
-        return finish
+        self._running[replica] = None
+        self._start_next(replica, now)
+
+
+def service_from_cost_model(model) -> Service:
+    """Prefill time in ms of one request alone on the engine a `lab.experiments.cost_model.CostModel` was fitted
+    on: one step's fixed and per-sequence cost, its uncached tokens, and their attention to the whole prefix."""
+    c = model.costs
+
+    def service_ms(prompt: int, cached: int) -> float:
+        new = prompt - cached
+        pairs = (new * cached + new * (new + 1) / 2) / 1000
+        return 1e3 * (c["fixed"] + c["per_sequence"] + c["per_token"] * new + c["per_attention"] * pairs)
+    return service_ms
 
 
 def summarize_sim(routed: pd.DataFrame, replicas: int) -> pd.Series:
-    """Fleet token hit rate and load imbalance (max / mean requests per replica), as lab.serving.routing reports them."""
+    """Fleet token hit rate, load imbalance (max / mean requests per replica) and TTFT percentiles, as
+    lab.serving.routing reports them (TTFT in the simulator's service unit)."""
     per_replica = routed.replica.value_counts().reindex(range(replicas), fill_value=0)
     return pd.Series({"requests": len(routed), "fleet_hit_rate": routed.cached_tokens.sum() / routed.prompt_tokens.sum(),
-                      "imbalance": per_replica.max() / per_replica.mean()})
+                      "imbalance": per_replica.max() / per_replica.mean(),
+                      "p50_ttft": routed.ttft.quantile(0.5), "p99_ttft": routed.ttft.quantile(0.99)})
 
 
 def upper_bound_hit_rate(requests: Sequence[Sequence[int]], block_size: int) -> float:

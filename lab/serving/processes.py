@@ -41,7 +41,7 @@ class ManagedProcess:
         """Start the command and return at once (several can then start side by side)."""
         if self.process is not None:
             raise RuntimeError(f"{self.name} already started")
-        with open(self.log_path, "w") as log:
+        with open(self.log_path, "a") as log:  # a restart adds to the same log
             self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                             start_new_session=True, preexec_fn=_die_with_parent)
 
@@ -67,6 +67,18 @@ class ManagedProcess:
         except BaseException:
             self.stop()
             raise
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once, as a crash would end it (no clean shutdown)."""
+        if self.running():
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10.0)
+
+    def restart(self, timeout_s: float) -> None:
+        """Stop the process if it still runs, then start the same command again and wait until healthy."""
+        self.stop()
+        self.process = None
+        self.start(timeout_s)
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None

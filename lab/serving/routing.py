@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from lab.serving.client import complete_concurrently
+from lab.serving.client import NO_RETRY, Retry, complete_concurrently
 from lab.serving.fleet import Fleet
 
 COUNTERS = {"vllm:request_success_total": "requests", "vllm:prefix_cache_queries_total": "queries",
@@ -36,23 +36,24 @@ def replica_counters(fleet: Fleet, skip_unreachable: bool = False) -> pd.DataFra
 
 
 def route_workload(fleet: Fleet, records: Sequence[dict], *, concurrency: int, max_tokens: int = 4,
-                   progress: bool = True, tolerate_failures: bool = False,
-                   session_header: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Stream every record's prompt through the router with `concurrency` requests in flight. Returns the
-    per-request frame (in record order; `error` holds a failed request's exception when `tolerate_failures`)
-    and the per-replica frame of counter growth over the run (replicas that no longer answer are left out).
-    With `session_header` (e.g. "X-Session-ID", what consistent_hash keys on) every request carries its
-    record's tenant in that header."""
+                   progress: bool = True, tolerate_failures: bool = False, session_header: str | None = None,
+                   retry: Retry = NO_RETRY) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Stream every record's prompt through the router with `concurrency` requests in flight, resubmitting
+    failed streams as `retry` allows. Returns the per-request frame (in record order; `error` holds a failed
+    request's exception when `tolerate_failures`; `attempts` the sends each took; `first_token_at` when its
+    first token came, on the `time.perf_counter()` clock) and the per-replica frame of counter growth over the run
+    (replicas that no longer answer are left out). With `session_header` (e.g. "X-Session-ID", what
+    consistent_hash keys on) every request carries its record's tenant in that header."""
     if not len(records):
         raise ValueError("records is empty: pass a workload's records, e.g. load_workload('tenants').records")
     if session_header is not None and any("tenant" not in r for r in records):
         raise ValueError(f"session_header={session_header!r} needs a 'tenant' in every record, "
                          "e.g. records of the 'tenants' workload")
     headers = [{session_header: f"tenant-{r['tenant']}"} for r in records] if session_header else None
-    before = replica_counters(fleet)
+    before = replica_counters(fleet, skip_unreachable=tolerate_failures)
     results = complete_concurrently(fleet.client(), fleet.model_name, [r["prompt"] for r in records],
                                     concurrency=concurrency, max_tokens=max_tokens, progress=progress,
-                                    return_exceptions=tolerate_failures, headers=headers)
+                                    return_exceptions=tolerate_failures, headers=headers, retry=retry)
     replicas = (replica_counters(fleet, skip_unreachable=tolerate_failures) - before).dropna()
     requests = pd.DataFrame([_request_row(r, s) for r, s in zip(records, results)])
     return requests, replicas
@@ -62,7 +63,9 @@ def _request_row(record: dict, result) -> dict:
     if isinstance(result, Exception):
         return {"tenant": record.get("tenant"), "error": f"{type(result).__name__}: {result}"}
     return {"tenant": record.get("tenant"), "prompt_tokens": result.prompt_tokens, "cached_tokens": result.cached_tokens,
-            "ttft_ms": result.ttft_s * 1e3, "e2e_ms": result.e2e_s * 1e3, "error": None}
+            "ttft_ms": result.ttft_s * 1e3, "e2e_ms": result.e2e_s * 1e3, "attempts": result.attempts,
+            "first_error": result.first_error, "first_token_at": result.started_at + result.ttft_s,
+            "error": None}
 
 
 def summarize_routing(requests: pd.DataFrame, replicas: pd.DataFrame) -> pd.Series:

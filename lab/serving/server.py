@@ -107,6 +107,15 @@ class VLLMServer:
         _running.discard(self)
         self.managed.stop(timeout_s)
 
+    def kill(self) -> None:
+        """End the server as a crash would: SIGKILL to its whole process group, no clean shutdown."""
+        self.managed.kill()
+
+    def restart(self) -> None:
+        """Start the server again on the same port (a cold KV cache), and wait until it is healthy."""
+        _running.add(self)
+        self.managed.restart(self.startup_timeout_s)
+
     def log_tail(self, lines: int = 40) -> str:
         return self.managed.log_tail(lines)
 
