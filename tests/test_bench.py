@@ -1,4 +1,5 @@
 import pandas as pd
+import pytest
 from transformers import AutoTokenizer
 
 from lab.core.model import ensure_model
@@ -21,3 +22,18 @@ def test_summary_weights_hit_rate_by_tokens():
     })
     row = summarize_mini(df).loc[("mini", True)]
     assert row["hit_rate"] == 0.5 and row["lookup_share"] == 0.05 and row["mean_ttft_ms"] == 20.0
+
+
+def test_the_simulator_benchmark_times_every_policy_on_one_hashing(tmp_path, monkeypatch):
+    from lab.experiments.bench import main, router_policies_seconds, time_sim_policies
+    from lab.experiments.fleet_sim import SIM_POLICIES
+
+    timing = time_sim_policies(60, 4)
+    assert timing.policy.tolist() == ["(hashing the trace once)", *SIM_POLICIES]
+    assert timing.seconds.gt(0).all() and (timing.requests == 60).all() and (timing.replicas == 4).all()
+    assert router_policies_seconds(timing) < timing.seconds.sum(), "the two load-bounding policies are left out"
+    monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path))
+    assert main(["sim", "--points", "40x2"]) == 0
+    assert list(tmp_path.glob("bench_sim-*.csv"))
+    with pytest.raises(SystemExit, match="REQUESTSxREPLICAS"):
+        main(["sim", "--points", "ten"])

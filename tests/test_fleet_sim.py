@@ -88,6 +88,9 @@ def test_a_session_key_keeps_each_tenant_on_one_replica():
     assert (routed.groupby(tenants).replica.nunique() == 1).all()
     keyless = FleetSim(3, "consistent_hash", kv_blocks=64, block_size=BLOCK).run(requests)
     assert (keyless.groupby(tenants).replica.nunique() > 1).any(), "without a key the whole request is hashed"
+    placed = FleetSim(3, "consistent_hash", kv_blocks=64, block_size=BLOCK, placement={1: 2, 2: 2, 3: 0, 4: 2})
+    assert placed.run(requests, keys=tenants).replica.tolist() == [{1: 2, 2: 2, 3: 0, 4: 2}[t] for t in tenants], \
+        "a real router's placement, probed, replaces the simulator's ring"
 
 
 def test_a_miss_holds_its_replica_longer_than_a_hit():
@@ -168,18 +171,20 @@ def test_a_replica_serves_its_queue_first_come_first_served():
     assert routed.ttft.tolist() == [step, 2 * step, 3 * step]
 
 
-def test_the_cost_model_gives_prefill_milliseconds():
-    from lab.experiments.cost_model import CostModel
-    from lab.experiments.fleet_sim import service_from_cost_model
-
-    model = CostModel({"fixed": 0.01, "per_sequence": 0.001, "per_token": 1e-4, "per_attention": 0.0}, 2048, 64, 0.0)
-    service = service_from_cost_model(model)
-    assert service(1000, 0) == 1e3 * (0.011 + 0.1)
-    assert service(1000, 1000 - 1) < service(1000, 0) / 5, "a hit costs a step, not a prefill"
-
-
 def test_router_flags_become_knobs():
     knobs = CacheAwareKnobs.from_router_flags(["--balance-abs-threshold", "1", "--balance-rel-threshold", "1.0"])
     assert (knobs.balance_abs_threshold, knobs.balance_rel_threshold, knobs.cache_threshold) == (1, 1.0, 0.3)
     with pytest.raises(ValueError, match=r"the simulator knows --cache-threshold"):
         CacheAwareKnobs.from_router_flags(["--router-temperature", "1"])
+
+
+def test_a_service_time_fitted_on_measured_ttfts():
+    from lab.experiments.fleet_sim import fit_service
+
+    prompts, cached = [1000, 1000, 1000, 1000], [0, 960, 0, 992]
+    ttft = [20 + 0.5 * (p - c) for p, c in zip(prompts, cached)]
+    service = fit_service(prompts, cached, ttft)
+    assert abs(service.fixed_ms - 20) < 1e-6 and abs(service.per_token_ms - 0.5) < 1e-9 and service.requests == 4
+    assert abs(service(2000, 0) - 1020) < 1e-6
+    with pytest.raises(ValueError, match="two different numbers of uncached tokens"):
+        fit_service([100, 100], [0, 0], [5, 6])

@@ -94,7 +94,9 @@ class PrefixCache:
     def cached_prefix_blocks(self, hashes: Sequence[bytes], blocks: Sequence[tuple[int, ...]]) -> int:
         """How many leading blocks of a chain (hashed with this pool's `hash_algo`) are cached now: a lookup
         for callers that hash a prompt once and ask many pools (changes nothing)."""
-        return len(self._longest_hit(list(hashes), list(blocks))) if self.enable_caching else 0
+        if not self.enable_caching or not hashes or hashes[0] not in self.cached:
+            return 0
+        return len(self._longest_hit(hashes, blocks))
 
     def allocate(self, request_id: str, token_ids: Sequence[int], cache_salt: str | None = None,
                  chain: tuple[list[tuple[int, ...]], list[bytes]] | None = None) -> int:
@@ -185,7 +187,7 @@ class PrefixCache:
             raise KeyError(f"request_id={request_id!r} holds no blocks (never allocated, or already freed)")
         return self.tables[request_id]
 
-    def _longest_hit(self, hashes: list[bytes], blocks: list[tuple[int, ...]]) -> list[Block]:
+    def _longest_hit(self, hashes: Sequence[bytes], blocks: Sequence[tuple[int, ...]]) -> list[Block]:
         hit = []
         for block_hash, tokens in zip(hashes, blocks):
             holders = self.cached.get(block_hash)

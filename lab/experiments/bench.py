@@ -1,9 +1,12 @@
 """Benchmarks (not tests): timings reported as ratios measured side by side in one run.
 
     python -m lab.experiments.bench mini [--requests N] [--prefix-tokens T] [--block-size B]
+    python -m lab.experiments.bench sim [--points 10000x64 100000x256]
 
 `mini` sends one shared-prefix workload, one request at a time, through lab.core.mini_engine and through
 vLLM, each with prefix caching on and off, and saves per-request TTFT under data/results/.
+`sim` times `lab.experiments.fleet_sim`: a tenants trace of N requests over R replicas (twice as many tenants
+as replicas, two requests per replica in flight), hashed once, then routed under every policy.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from lab.experiments.results import environment, hardware_line, save_results
 
 TARGET_LOOKUP_SHARE = 0.02  # hash + lookup at most 2% of TTFT on 2k-token prompts
 TARGET_MINI_VS_VLLM = 3.0  # mini-engine TTFT within 3x of vLLM's
+TARGET_SIM_S = 10.0  # vllm-router's five policies over 10,000 requests and 64 replicas
 
 
 def run_mini(model_path, prompts, block_size: int, caching: bool) -> list[dict]:
@@ -99,6 +103,53 @@ def bench_mini(args: argparse.Namespace) -> int:
     return 0
 
 
+def time_sim_policies(n_requests: int, n_replicas: int, context_tokens: int = 1984, block_size: int = 32,
+                      kv_blocks: int = 160, seed: int = 0, service=None) -> pd.DataFrame:
+    """Seconds to hash a tenants trace once, then to route it under each of the simulator's policies."""
+    import time
+
+    from lab.experiments.fleet_sim import SIM_POLICIES, FleetSim, hash_requests, summarize_sim
+    from lab.experiments.generators import synthetic_tenants
+
+    requests, order = synthetic_tenants(2 * n_replicas, n_requests, context_tokens, seed=seed)
+    start = time.perf_counter()
+    chains = hash_requests(requests, block_size)
+    rows = [{"policy": "(hashing the trace once)", "seconds": time.perf_counter() - start}]
+    for policy in tqdm(SIM_POLICIES, desc=f"{n_requests} x {n_replicas}", leave=False):
+        start = time.perf_counter()
+        sim = FleetSim(n_replicas, policy, kv_blocks=kv_blocks, block_size=block_size, seed=seed, service=service)
+        keys = order if policy in ("consistent_hash", "bounded_load") else None
+        s = summarize_sim(sim.run(requests, concurrency=2 * n_replicas, keys=keys, chains=chains), n_replicas)
+        rows.append({"policy": policy, "seconds": time.perf_counter() - start, "fleet_hit_rate": s.fleet_hit_rate,
+                     "imbalance": s.imbalance})
+    return pd.DataFrame(rows).assign(requests=n_requests, replicas=n_replicas)
+
+
+def router_policies_seconds(timing: pd.DataFrame) -> float:
+    """vllm-router's five policies, with the one hashing of the trace they share."""
+    return float(timing.seconds[~timing.policy.isin(("bounded_load", "kv_cost"))].sum())
+
+
+def bench_sim(args: argparse.Namespace) -> int:
+    points = []
+    for point in args.points:
+        try:
+            n_requests, n_replicas = (int(x) for x in point.lower().split("x"))
+        except ValueError:
+            raise SystemExit(f"--points {point!r}: give REQUESTSxREPLICAS, e.g. 10000x64") from None
+        points.append((n_requests, n_replicas))
+    df = pd.concat([time_sim_policies(n, r) for n, r in tqdm(points, desc="points")], ignore_index=True)
+    env = environment(benchmark="sim", points=args.points, context_tokens=1984, block_size=32, kv_blocks=160,
+                      in_flight="2 per replica", tenants="2 per replica")
+    path = save_results(df, "bench_sim", env)
+    print(hardware_line(env))
+    for (n, r), t in df.groupby(["requests", "replicas"], sort=False):
+        print(f"{n:,} requests x {r} replicas: vllm-router's 5 policies {router_policies_seconds(t):.1f} s, all "
+              f"{t.seconds.sum():.1f} s" + (f" (target <= {TARGET_SIM_S:.0f} s)" if (n, r) == (10000, 64) else ""))
+    print(f"saved {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="benchmark", required=True)
@@ -107,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     mini.add_argument("--prefix-tokens", type=int, default=2000)
     mini.add_argument("--block-size", type=int, default=32)
     mini.add_argument("--preset", default="tiny")
+    sim = sub.add_parser("sim", help="lab.experiments.fleet_sim: seconds per policy at a few fleet sizes")
+    sim.add_argument("--points", nargs="+", default=["10000x64", "100000x256"], help="REQUESTSxREPLICAS ...")
     args = parser.parse_args(argv)
+    if args.benchmark == "sim":
+        return bench_sim(args)
     if args.requests < 1 or args.prefix_tokens < 1:
         parser.error("--requests and --prefix-tokens must be positive")
     return bench_mini(args)

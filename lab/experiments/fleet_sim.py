@@ -11,7 +11,7 @@ first token. A replica prefills its requests one after another (first come, firs
 `service(prompt_tokens, cached_tokens)`; a request holds its replica (its load, and its KV blocks) until its
 prefill ends. So a miss keeps its replica busy far longer than a hit, a hot replica builds a queue, and a
 load-aware policy sends the next miss elsewhere. The default service time is in steps (one per request plus
-one per uncached block); `service_from_cost_model` gives milliseconds from a fitted `CostModel`.
+one per uncached block); `fit_service` gives milliseconds, fitted on a real run of one request at a time.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import heapq
 import math
 import random
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -84,7 +84,8 @@ def _hash64(*parts) -> int:
 
 class FleetSim:
     def __init__(self, replicas: int, policy: str, kv_blocks: int, block_size: int, seed: int = 0,
-                 knobs: CacheAwareKnobs | None = None, service: Service | None = None) -> None:
+                 knobs: CacheAwareKnobs | None = None, service: Service | None = None,
+                 placement: Mapping[Hashable, int] | None = None) -> None:
         positive_int("replicas", replicas, "a positive number of replicas")
         if policy not in SIM_POLICIES:
             raise ValueError(f"policy={policy!r}: the simulator has {', '.join(SIM_POLICIES)}")
@@ -98,6 +99,7 @@ class FleetSim:
         self.block_size, self.service = block_size, service or steps(block_size)
         self.turn = 0
         self.ring = sorted((_hash64(seed, r, v), r) for r in range(replicas) for v in range(RING_POINTS))
+        self.placement = placement  # consistent_hash: where a real router put each key (its hash is not ours)
 
     def choose(self, token_ids: Sequence[int], key: Hashable | None = None, now: float = 0.0,
                chain: tuple[list, list] | None = None) -> tuple[int, float]:
@@ -112,6 +114,8 @@ class FleetSim:
         if self.policy == "power_of_two":
             a, b = self.rng.sample(range(n), 2) if n > 1 else (0, 0)
             return (a if self.load[a] <= self.load[b] else b), 0.0
+        if self.policy == "consistent_hash" and self.placement is not None and key in self.placement:
+            return self.placement[key], 0.0
         if self.policy in ("consistent_hash", "bounded_load"):
             # no session key: the router hashes the whole request body. Which replica a key lands on depends
             # on the router's own hash function; the seed stands for it.
@@ -136,11 +140,11 @@ class FleetSim:
         """kv_cost, the cost function of KV-aware routers: the replica where this request's first token comes
         soonest, counting the work queued there and this request's prefill after that replica's cached blocks
         (known exactly, as from KV events). Cached blocks and queued work are weighed in one currency: time."""
-        blocks, hashes = chain
         hittable = (len(token_ids) - 1) // self.block_size  # the last token is always computed
+        blocks, hashes = chain[0][:hittable], chain[1][:hittable]
         best, best_cost, best_cached = 0, math.inf, 0
         for replica, cache in enumerate(self.caches):
-            cached = cache.cached_prefix_blocks(hashes[:hittable], blocks[:hittable]) * self.block_size
+            cached = cache.cached_prefix_blocks(hashes, blocks) * self.block_size
             cost = max(self.busy_until[replica] - now, 0.0) + self.service(len(token_ids), cached)
             if cost < best_cost:
                 best, best_cost, best_cached = replica, cost, cached
@@ -229,16 +233,34 @@ class FleetSim:
         self._start_next(replica, now)
 
 
-def service_from_cost_model(model) -> Service:
-    """Prefill time in ms of one request alone on the engine a `lab.experiments.cost_model.CostModel` was fitted
-    on: one step's fixed and per-sequence cost, its uncached tokens, and their attention to the whole prefix."""
-    c = model.costs
+@dataclass(frozen=True)
+class FittedService:
+    """TTFT of a request alone on a replica, fitted on a real run: `fixed_ms` + `per_token_ms` x uncached tokens.
+    Measured through the server, it holds what a cost model fitted in-process leaves out (HTTP, tokenization,
+    streaming, a replica's one core)."""
 
-    def service_ms(prompt: int, cached: int) -> float:
-        new = prompt - cached
-        pairs = (new * cached + new * (new + 1) / 2) / 1000
-        return 1e3 * (c["fixed"] + c["per_sequence"] + c["per_token"] * new + c["per_attention"] * pairs)
-    return service_ms
+    fixed_ms: float
+    per_token_ms: float
+    requests: int  # how many measured requests it was fitted on
+
+    def __call__(self, prompt: int, cached: int) -> float:
+        return self.fixed_ms + self.per_token_ms * (prompt - cached)
+
+
+def fit_service(prompt_tokens: Sequence[int], cached_tokens: Sequence[int], ttft_ms: Sequence[float]) -> FittedService:
+    """Least squares of TTFT on uncached tokens over requests that ran one at a time (no queue in their TTFT);
+    both costs kept non-negative. Needs hits and misses: two different numbers of uncached tokens at least."""
+    import numpy as np
+
+    uncached = np.asarray(prompt_tokens, float) - np.asarray(cached_tokens, float)
+    if len(set(uncached.tolist())) < 2:
+        raise ValueError("fit_service needs requests with at least two different numbers of uncached tokens "
+                         "(hits and misses), e.g. a tenants workload sent one request at a time")
+    per_token, fixed = np.polyfit(uncached, np.asarray(ttft_ms, float), 1)
+    if per_token < 0 or fixed < 0:  # clamp, and refit the other cost alone
+        per_token = max(per_token, 0.0)
+        fixed = max(float(np.mean(np.asarray(ttft_ms) - per_token * uncached)), 0.0)
+    return FittedService(float(fixed), float(per_token), len(uncached))
 
 
 def summarize_sim(routed: pd.DataFrame, replicas: int) -> pd.Series:

@@ -40,9 +40,10 @@ def route_workload(fleet: Fleet, records: Sequence[dict], *, concurrency: int, m
                    retry: Retry = NO_RETRY) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Stream every record's prompt through the router with `concurrency` requests in flight, resubmitting
     failed streams as `retry` allows. Returns the per-request frame (in record order; `error` holds a failed
-    request's exception when `tolerate_failures`; `attempts` the sends each took; `first_token_at` when its
-    first token came, on the `time.perf_counter()` clock) and the per-replica frame of counter growth over the run
-    (replicas that no longer answer are left out). With `session_header` (e.g. "X-Session-ID", what
+    request's exception when `tolerate_failures`; `attempts` the sends each took; `sent_at` and
+    `first_token_at` when it was first sent and when its first token came, on the `time.perf_counter()`
+    clock) and the per-replica frame of counter growth over the run (replicas that no longer answer are left
+    out). With `session_header` (e.g. "X-Session-ID", what
     consistent_hash keys on) every request carries its record's tenant in that header."""
     if not len(records):
         raise ValueError("records is empty: pass a workload's records, e.g. load_workload('tenants').records")
@@ -64,8 +65,26 @@ def _request_row(record: dict, result) -> dict:
         return {"tenant": record.get("tenant"), "error": f"{type(result).__name__}: {result}"}
     return {"tenant": record.get("tenant"), "prompt_tokens": result.prompt_tokens, "cached_tokens": result.cached_tokens,
             "ttft_ms": result.ttft_s * 1e3, "e2e_ms": result.e2e_s * 1e3, "attempts": result.attempts,
-            "first_error": result.first_error, "first_token_at": result.started_at + result.ttft_s,
+            "first_error": result.first_error, "sent_at": result.started_at,
+            "first_token_at": result.started_at + result.ttft_s,
             "error": None}
+
+
+def probe_placement(fleet: Fleet, keys: Sequence, session_header: str, max_tokens: int = 1) -> dict:
+    """Where the running router sends each key: one short request per key, alone, and the replica whose
+    request counter grew. For consistent_hash, whose ring hashes the replicas' URLs with the router's own hash."""
+    from lab.serving.client import stream_completion
+
+    placement = {}
+    for key in dict.fromkeys(keys):
+        before = replica_counters(fleet).requests
+        stream_completion(fleet.client(), fleet.model_name, f"Which replica serves {key}?", max_tokens=max_tokens,
+                          headers={session_header: f"tenant-{key}"})
+        grew = (replica_counters(fleet).requests - before).to_numpy().nonzero()[0]
+        if len(grew) != 1:
+            raise RuntimeError(f"key {key!r}: {len(grew)} replicas counted the probe; route nothing else meanwhile")
+        placement[key] = int(grew[0])
+    return placement
 
 
 def summarize_routing(requests: pd.DataFrame, replicas: pd.DataFrame) -> pd.Series:

@@ -33,7 +33,8 @@ LABELS = {
 FIGURES = [("with/without", "04_cache_on_vs_off-changes"), ("TTFT distribution", "04_cache_on_vs_off-ttft_cdf"),
            ("hit rate vs block size", "03_block_size_sweep-hit_rate"), ("TTFT breakdown under load", "01_ttft_breakdown-load")]
 CAPACITY_FIGURES = [("gain vs hit rate", "10_capacity-gain_vs_hit_rate"), ("TTFT vs offered rate", "10_capacity-ttft_vs_rate")]
-ROUTING_FIGURES = [("hit rate by routing policy", "09_routing-hit_rate")]
+ROUTING_FIGURES = [("hit rate by routing policy", "09_routing-hit_rate"),
+                   ("hits against queueing, 64 simulated replicas", "09_routing-sim_tradeoff")]
 WHY_FIGURES = [("why prompt tokens missed, by lesson", "12_why_it_missed-causes")]
 
 
@@ -130,7 +131,6 @@ def routing_context() -> dict | None:
     if policies is None:
         return None
     agreement, sweep = load_latest("09_routing-sim_vs_real")[0], load_latest("09_routing-sim_sweep")[0]
-    fault = load_latest("09_routing-fault")[0].iloc[0]
     kv, timing = _latest_or_none("09_routing-kv_aware")[0], _latest_or_none("09_routing-sim_timing")[0]
     table = pd.DataFrame({"policy": policies.policy, "fleet hit rate": policies.fleet_hit_rate,
                           "TTFT p50 (ms)": policies.p50_ttft_ms, "TTFT p99 (ms)": policies.p99_ttft_ms,
@@ -139,16 +139,75 @@ def routing_context() -> dict | None:
     largest = int(sweep.replicas.max())
     kept = sweep[sweep.replicas == largest].set_index("policy").fraction_of_ideal.sort_values(ascending=False)
     return {"run_id": meta["run_id"], "env": meta["environment"], "table": markdown_table(table),
-            "agreement": list(zip(agreement.policy, agreement["hit rate difference"])), "largest": largest,
-            "kept": list(kept.items()),
-            "timing": None if timing is None else list(zip(timing.policy, timing.seconds)),
-            "timing_total": None if timing is None else timing.seconds.sum(),
-            "fault": {"sent": int(fault.sent), "answered": int(fault.sent - fault.failed), "failed": int(fault.failed),
-                      "logged": int(fault.failed_sends_logged)},
+            "agreement": markdown_table(_agreement_table(agreement)),
+            "largest_difference": agreement["hit rate difference"].abs().max(), "largest": largest,
+            "kept": list(kept.items()), "timing": None if timing is None else _timing_rows(timing),
+            "bench": _bench_sim(),
+            "faults": _fault_context(), "tradeoff": _table_or_none("09_routing-sim_tradeoff", _tradeoff_table),
+            "load": _table_or_none("09_routing-load", _load_table),
             "kv": None if kv is None else [
                 {"run": r["run"], "nothing": int(r["credited nothing"]), "decisions": int(r["decisions"]),
                  "tenants": int(r["tenants"]), "kv_rate": r["kv_aware hit rate"], "cache_rate": r["cache_aware hit rate"]}
                 for _, r in kv.iterrows()]}
+
+
+def _table_or_none(name: str, shape) -> str | None:
+    frame = _latest_or_none(name)[0]
+    return None if frame is None else markdown_table(shape(frame))
+
+
+def _agreement_table(agreement: pd.DataFrame) -> pd.DataFrame:
+    shape = agreement["shape"] if "shape" in agreement else "tenants"
+    return pd.DataFrame({"workload": shape, "policy": agreement.policy, "real hit rate": agreement["real hit rate"],
+                         "sim hit rate (seeds' median)": agreement["sim hit rate"],
+                         "sim - real": agreement["hit rate difference"],
+                         "real TTFT p50 (ms)": agreement.get("real p50 TTFT ms"),
+                         "sim TTFT p50 (ms)": agreement.get("sim p50 TTFT ms")})
+
+
+def _timing_rows(timing: pd.DataFrame) -> list[dict]:
+    """Per fleet size timed: seconds for vllm-router's five policies (with the shared hashing) and for all."""
+    if "replicas" not in timing:
+        timing = timing.assign(requests=None, replicas=64)
+    rows = []
+    for (requests, replicas), t in timing.groupby(["requests", "replicas"], dropna=False, sort=True):
+        router = t.seconds[~t.policy.isin(("bounded_load", "kv_cost"))].sum()
+        rows.append({"requests": requests, "replicas": replicas, "router_s": router, "all_s": t.seconds.sum(),
+                     "policies": int((~t.policy.str.startswith("(")).sum())})
+    return rows
+
+
+def _bench_sim() -> dict | None:
+    """`python -m lab.experiments.bench sim`: its run id, and per fleet size the seconds taken."""
+    timing, meta = _latest_or_none("bench_sim")
+    return None if timing is None else {"run_id": meta["run_id"], "hardware": hardware_line(meta["environment"]),
+                                        "rows": _timing_rows(timing)}
+
+
+def _fault_context() -> dict | None:
+    faults, rejoins = _latest_or_none("09_routing-fault")[0], _latest_or_none("09_routing-rejoin")[0]
+    if faults is None or "answered" not in faults:
+        return None
+    table = pd.DataFrame({"killed after (answers)": faults.kill_after_answered, "sent": faults.sent,
+                          "answered": faults.answered, "resubmitted by the client": faults.resubmitted,
+                          "sends the router retried": faults.router_retried_sends,
+                          "extra prefill tokens": faults.extra_prefill_tokens,
+                          "TTFT p50 resubmitted (ms)": faults.p50_ttft_ms_resubmitted,
+                          "TTFT p50 rest (ms)": faults.p50_ttft_ms_rest, "hits back after (s)": faults.recovery_s})
+    return {"table": markdown_table(table),
+            "rejoin": None if rejoins is None else list(zip(rejoins.share_of_requests, rejoins.share_of_hits))}
+
+
+def _tradeoff_table(tradeoff: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"policy": tradeoff.policy, "setting": tradeoff.setting, "fleet hit rate": tradeoff.fleet_hit_rate,
+                         "imbalance": tradeoff.imbalance, "TTFT p50": tradeoff.p50_ttft, "TTFT p99": tradeoff.p99_ttft})
+
+
+def _load_table(load: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"policy": load.policy, "real hit rate": load.fleet_hit_rate, "sim hit rate": load["sim hit rate"],
+                         "real imbalance": load.imbalance, "requests per replica": load.requests_per_replica.astype(str),
+                         "real TTFT p50 (ms)": load.p50_ttft_ms, "real TTFT p99 (ms)": load.p99_ttft_ms,
+                         "sim TTFT p50 (ms)": load["sim p50 TTFT ms"], "sim TTFT p99 (ms)": load["sim p99 TTFT ms"]})
 
 
 def audit_context() -> dict | None:
