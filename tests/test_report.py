@@ -124,29 +124,43 @@ def test_the_online_rate_is_the_one_the_arrivals_delivered(results):
 
 def test_the_routing_section_comes_from_the_routing_results(results):
     env = environment(replicas=2, num_tenants=4, context_tokens=2000, n_requests=24, concurrency=6, kv_blocks=160,
-                      sim_requests=100, sweep_seconds=1.5, timed_requests=10000)
+                      sim_requests=100, sweep_seconds=1.5, timed_requests=10000, sim_seeds=10, fault_requests=24,
+                      fault_tenants=2, load_zipf=1.0, ttft_model_fixed_ms=33.0, ttft_model_ms_per_token=0.058)
     save_results(pd.DataFrame({"policy": ["round_robin", "cache_aware"], "fleet_hit_rate": [0.49, 0.82],
                                "p50_ttft_ms": [994.0, 526.0], "p99_ttft_ms": [2594.0, 1513.0],
                                "requests_per_replica": ["12/12", "13/11"], "imbalance": [1.0, 1.08]}),
                  "09_routing-policies", env)
-    save_results(pd.DataFrame({"policy": ["round_robin"], "hit rate difference": [0.042]}), "09_routing-sim_vs_real", env)
+    save_results(pd.DataFrame({"shape": ["tenants", "skewed"], "policy": ["round_robin", "round_robin"],
+                               "real hit rate": [0.5, 0.6], "sim hit rate": [0.542, 0.58],
+                               "hit rate difference": [0.042, -0.02], "real p50 TTFT ms": [900.0, 800.0],
+                               "sim p50 TTFT ms": [220.0, 200.0]}), "09_routing-sim_vs_real", env)
     save_results(pd.DataFrame({"replicas": [2, 64, 64], "policy": ["cache_aware", "cache_aware", "round_robin"],
                                "fraction_of_ideal": [1.0, 0.95, 0.02]}), "09_routing-sim_sweep", env)
-    save_results(pd.DataFrame([{"sent": 16, "failed": 3, "failed_sends_logged": 10}]), "09_routing-fault", env)
-    save_results(pd.DataFrame({"policy": ["round_robin", "cache_aware"], "seconds": [4.9, 8.8]}), "09_routing-sim_timing", env)
+    save_results(pd.DataFrame([{"kill_after_answered": 2, "sent": 24, "answered": 24, "resubmitted": 3, "failed": 0,
+                                "router_retried_sends": 6, "extra_prefill_tokens": 2016,
+                                "p50_ttft_ms_resubmitted": 1000.0, "p50_ttft_ms_rest": 200.0, "recovery_s": 0.3}]),
+                 "09_routing-fault", env)
+    save_results(pd.DataFrame([{"share_of_requests": 0.4, "share_of_hits": 0.3}]), "09_routing-rejoin", env)
+    save_results(pd.DataFrame({"policy": ["(hashing the trace once)", "round_robin", "kv_cost"], "seconds": [1.0, 4.9, 8.8],
+                               "requests": 10000, "replicas": 64}), "09_routing-sim_timing", env)
     save_results(pd.DataFrame({"run": ["cold, 1 in flight", "cold, 6 in flight"], "kv_aware hit rate": [0.62, 0.43],
                                "cache_aware hit rate": [0.62, 0.74],
                                "decisions": [16, 16], "credited nothing": [4, 10], "tenants": [4, 4]}),
                  "09_routing-kv_aware", env)
     routing = results_context()["routing"]
-    assert routing["fault"] == {"sent": 16, "answered": 13, "failed": 3, "logged": 10}
-    assert routing["timing_total"] == pytest.approx(13.7) and routing["largest"] == 64
-    assert routing["kept"] == [("cache_aware", 0.95), ("round_robin", 0.02)] and routing["agreement"] == [("round_robin", 0.042)]
+    assert routing["timing"] == [{"requests": 10000, "replicas": 64, "router_s": pytest.approx(5.9),
+                                  "all_s": pytest.approx(14.7), "policies": 2}], "kv_cost is not vllm-router's"
+    assert routing["largest"] == 64 and routing["kept"] == [("cache_aware", 0.95), ("round_robin", 0.02)]
+    assert routing["largest_difference"] == 0.042 and routing["faults"]["rejoin"] == [(0.4, 0.3)]
     assert routing["kv"][1] == {"run": "cold, 6 in flight", "nothing": 10, "decisions": 16, "tenants": 4,
                                 "kv_rate": 0.43, "cache_rate": 0.74}
-    policies = tables(results_section())[2]
+    text = results_section()
+    policies, agreement, faults = tables(text)[2:5]
     assert row(policies, "cache_aware") == ["0.82", "526", "1,513", "13/11", "1.08"]
-    assert "figures/09_routing-hit_rate.png" in results_section()
+    assert row(agreement, "skewed") == ["round_robin", "0.6", "0.58", "-0.02", "800", "200"]
+    assert row(faults, "2") == ["24", "24", "3", "6", "2,016", "1,000", "200", "0.3"]
+    assert "figures/09_routing-hit_rate.png" in text and "33 ms + 58 ms per 1,000 uncached tokens" in text
+    assert "40% of the requests" in text
 
 
 def test_the_audit_section_comes_from_the_audit_results(results):

@@ -18,6 +18,7 @@ import pandas as pd
 from lab import PROJECT_ROOT
 from lab.core.model import describe_model
 from lab.experiments import article
+from lab.experiments.bench import router_policies_seconds
 from lab.experiments.block_sizes import recommend_block_size
 from lab.experiments.results import hardware_line, load_latest
 
@@ -167,12 +168,10 @@ def _agreement_table(agreement: pd.DataFrame) -> pd.DataFrame:
 
 def _timing_rows(timing: pd.DataFrame) -> list[dict]:
     """Per fleet size timed: seconds for vllm-router's five policies (with the shared hashing) and for all."""
-    if "replicas" not in timing:
-        timing = timing.assign(requests=None, replicas=64)
     rows = []
-    for (requests, replicas), t in timing.groupby(["requests", "replicas"], dropna=False, sort=True):
-        router = t.seconds[~t.policy.isin(("bounded_load", "kv_cost"))].sum()
-        rows.append({"requests": requests, "replicas": replicas, "router_s": router, "all_s": t.seconds.sum(),
+    for (requests, replicas), t in timing.groupby(["requests", "replicas"], sort=True):
+        rows.append({"requests": requests, "replicas": replicas, "router_s": router_policies_seconds(t),
+                     "all_s": t.seconds.sum(),
                      "policies": int((~t.policy.str.startswith("(")).sum())})
     return rows
 
