@@ -45,7 +45,7 @@ LONGEST_FIRST = ("tests/test_browser.py", "notebooks/09_routing.ipynb", "noteboo
                  "notebooks/06_warmup_and_eviction.ipynb", "notebooks/04_cache_on_vs_off.ipynb",
                  "notebooks/12_why_it_missed.ipynb", "notebooks/03_block_size_sweep.ipynb",
                  "notebooks/07_serving_and_metrics.ipynb",
-                 "notebooks/01_ttft_breakdown.ipynb", "tests/test_fleet.py", "tests/test_workshop.py")
+                 "notebooks/01_ttft_breakdown.ipynb", "tests/test_workshop.py")
 
 
 def pytest_collection_modifyitems(config, items):

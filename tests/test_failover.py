@@ -114,3 +114,24 @@ def test_the_fault_summary_counts_every_request_and_the_extra_prefill():
     assert row["extra_prefill_tokens"] == (10 + 100 + 10) - (100 + 10 + 10)
     assert (row["p50_ttft_ms_resubmitted"], row["p50_ttft_ms_rest"]) == (900, 55)
     assert row["recovery_s"] == 1.5 and row["requests_per_survivor"] == "3"
+
+
+def test_a_killed_process_restarts_on_its_port(tmp_path):
+    """ManagedProcess.kill ends the group at once (a crash); restart starts the same command again."""
+    import sys
+
+    from lab.serving.processes import ManagedProcess, free_port, port_in_use
+
+    port = free_port()
+    managed = ManagedProcess("http.server", [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                                             "--directory", str(tmp_path)], f"http://127.0.0.1:{port}/")
+    managed.start(timeout_s=30)
+    first = managed.process
+    managed.kill()
+    assert first.poll() is not None and not port_in_use(port)
+    managed.restart(timeout_s=30)
+    try:
+        assert managed.process is not first and port_in_use(port)
+    finally:
+        managed.stop()
+    assert not port_in_use(port)

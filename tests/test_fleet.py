@@ -1,57 +1,14 @@
-"""lab.serving.fleet and lab.serving.routing: real vLLM replicas behind the real vllm-router; bad fleets fail before any process
-starts."""
+"""lab.serving.fleet and lab.serving.routing: bad fleets fail before any process starts. The real fleet (two replicas
+behind the real vllm-router, counted, switched between policies, stopped clean) runs in notebook 09, whose checks
+nbval runs in CI."""
 
 import os
-import socket
 
 import pytest
 
 import lab.serving.fleet
-from lab.experiments.workloads import load_workload
 from lab.serving.fleet import Fleet
-from lab.serving.routing import route_workload, summarize_routing
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
-@pytest.mark.engine
-def test_two_replicas_behind_the_router_serve_count_and_stop_clean():
-    records = load_workload("tenants", count=8).records
-    with Fleet(replicas=2, policy="round_robin", engine_args={"max_model_len": 4096}) as fleet:
-        requests, replicas = route_workload(fleet, records, concurrency=2, progress=False)
-        first_router = fleet.router
-        fleet.use_policy("cache_aware")
-        fleet.reset_prefix_caches()
-        _, one_at_a_time = route_workload(fleet, records, concurrency=1, progress=False)
-        fleet.use_policy("consistent_hash")
-        fleet.reset_prefix_caches()
-        by_tenant = sorted(records, key=lambda r: r["tenant"])
-        keyed, _ = route_workload(fleet, by_tenant, concurrency=1, progress=False, session_header="X-Session-ID")
-        processes = [s.process for s in fleet.servers] + [first_router.process, fleet.router.process]
-        ports = [s.port for s in fleet.servers] + [fleet.router.port]
-    assert first_router.process.poll() is not None, "switching policy replaced the router"
-    assert sorted(one_at_a_time.requests) == [0, 8], "cache_aware, one at a time (loads tied): all to one replica"
-    assert one_at_a_time.hits.sum() > 0
-    repeats = keyed.tenant.duplicated()
-    assert repeats.any() and (keyed.cached_tokens[repeats] > 0).all(), "a session key keeps a tenant on its replica"
-    assert replicas.requests.tolist() == [4, 4], "round robin: every other request to each replica"
-    assert replicas.queries.sum() == requests.prompt_tokens.sum(), "every prompt token was looked up once"
-    assert replicas.hits.sum() == requests.cached_tokens.sum(), "the replicas' counters add up to the usage"
-    summary = summarize_routing(requests, replicas)
-    assert summary.requests == 8 and summary.imbalance == 1.0 and 0 <= summary.fleet_hit_rate < 1
-    assert all(p.poll() is not None for p in processes) and not any(group_alive(p.pid) for p in processes)
-    assert not any(port_open(port) for port in ports), "nothing outlives the fleet"
+from lab.serving.routing import summarize_routing
 
 
 @pytest.mark.parametrize("kwargs, message", [
