@@ -133,6 +133,7 @@ def routing_context() -> dict | None:
         return None
     agreement, sweep = load_latest("09_routing-sim_vs_real")[0], load_latest("09_routing-sim_sweep")[0]
     kv, timing = _latest_or_none("09_routing-kv_aware")[0], _latest_or_none("09_routing-sim_timing")[0]
+    bench, bench_meta = _latest_or_none("bench_sim")  # python -m lab.experiments.bench sim
     table = pd.DataFrame({"policy": policies.policy, "fleet hit rate": policies.fleet_hit_rate,
                           "TTFT p50 (ms)": policies.p50_ttft_ms, "TTFT p99 (ms)": policies.p99_ttft_ms,
                           "requests per replica": policies.requests_per_replica.astype(str),
@@ -143,7 +144,8 @@ def routing_context() -> dict | None:
             "agreement": markdown_table(_agreement_table(agreement)),
             "largest_difference": agreement["hit rate difference"].abs().max(), "largest": largest,
             "kept": list(kept.items()), "timing": None if timing is None else _timing_rows(timing),
-            "bench": _bench_sim(),
+            "bench": None if bench is None else {"run_id": bench_meta["run_id"], "rows": _timing_rows(bench),
+                                                 "hardware": hardware_line(bench_meta["environment"])},
             "faults": _fault_context(), "tradeoff": _table_or_none("09_routing-sim_tradeoff", _tradeoff_table),
             "load": _table_or_none("09_routing-load", _load_table),
             "kv": None if kv is None else [
@@ -174,13 +176,6 @@ def _timing_rows(timing: pd.DataFrame) -> list[dict]:
                      "all_s": t.seconds.sum(),
                      "policies": int((~t.policy.str.startswith("(")).sum())})
     return rows
-
-
-def _bench_sim() -> dict | None:
-    """`python -m lab.experiments.bench sim`: its run id, and per fleet size the seconds taken."""
-    timing, meta = _latest_or_none("bench_sim")
-    return None if timing is None else {"run_id": meta["run_id"], "hardware": hardware_line(meta["environment"]),
-                                        "rows": _timing_rows(timing)}
 
 
 def _fault_context() -> dict | None:
@@ -258,6 +253,8 @@ def claims_context() -> dict:
 def results_context() -> dict:
     """Every number and table the Results section shows, from the latest results files."""
     offline, meta = load_latest("04_cache_on_vs_off-offline")
+    model = Path(meta["environment"]["model"])  # a run in another clone: the same model built here describes it
+    model = model if model.exists() else PROJECT_ROOT / "models" / model.name
     online, online_meta = load_latest("04_cache_on_vs_off-online")
     sweep, sweep_meta = load_latest("03_block_size_sweep-vllm")
     env, rows = meta["environment"], offline.set_index("metric")
@@ -265,7 +262,7 @@ def results_context() -> dict:
     capacity, routing, why = capacity_context(), routing_context(), why_context()
     figures = FIGURES + (CAPACITY_FIGURES if capacity else []) + (ROUTING_FIGURES if routing else []) + \
         (WHY_FIGURES if why else [])
-    return {"env": env, "run_id": meta["run_id"], "hardware": hardware_line(env), "model": describe_model(env["model"]),
+    return {"env": env, "run_id": meta["run_id"], "hardware": hardware_line(env), "model": describe_model(model),
             "article_setting": article.SETTING,
             "offline_table": markdown_table(comparison_table(offline, with_article=True)),
             "online_table": markdown_table(comparison_table(online, with_article=False)),
