@@ -108,7 +108,7 @@ def time_sim_policies(n_requests: int, n_replicas: int, context_tokens: int = 19
     """Seconds to hash a tenants trace once, then to route it under each of the simulator's policies."""
     import time
 
-    from lab.experiments.fleet_sim import SIM_POLICIES, FleetSim, hash_requests, summarize_sim
+    from lab.experiments.fleet_sim import KEYED_POLICIES, SIM_POLICIES, FleetSim, hash_requests, summarize_sim
     from lab.experiments.generators import synthetic_tenants
 
     requests, order = synthetic_tenants(2 * n_replicas, n_requests, context_tokens, seed=seed)
@@ -118,7 +118,7 @@ def time_sim_policies(n_requests: int, n_replicas: int, context_tokens: int = 19
     for policy in tqdm(SIM_POLICIES, desc=f"{n_requests} x {n_replicas}", leave=False):
         start = time.perf_counter()
         sim = FleetSim(n_replicas, policy, kv_blocks=kv_blocks, block_size=block_size, seed=seed, service=service)
-        keys = order if policy in ("consistent_hash", "bounded_load") else None
+        keys = order if policy in KEYED_POLICIES else None
         s = summarize_sim(sim.run(requests, concurrency=2 * n_replicas, keys=keys, chains=chains), n_replicas)
         rows.append({"policy": policy, "seconds": time.perf_counter() - start, "fleet_hit_rate": s.fleet_hit_rate,
                      "imbalance": s.imbalance})
@@ -127,7 +127,9 @@ def time_sim_policies(n_requests: int, n_replicas: int, context_tokens: int = 19
 
 def router_policies_seconds(timing: pd.DataFrame) -> float:
     """vllm-router's five policies, with the one hashing of the trace they share."""
-    return float(timing.seconds[~timing.policy.isin(("bounded_load", "kv_cost"))].sum())
+    from lab.experiments.fleet_sim import BOUNDED_POLICIES
+
+    return float(timing.seconds[~timing.policy.isin(BOUNDED_POLICIES)].sum())
 
 
 def bench_sim(args: argparse.Namespace) -> int:

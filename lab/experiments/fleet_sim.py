@@ -35,6 +35,7 @@ from lab.core.radix_cache import RadixCache
 POLICIES = ("random", "round_robin", "power_of_two", "consistent_hash", "cache_aware")  # as vllm-router has them
 BOUNDED_POLICIES = ("bounded_load", "kv_cost")  # not in vllm-router: each bounds what one replica takes
 SIM_POLICIES = POLICIES + BOUNDED_POLICIES
+KEYED_POLICIES = ("consistent_hash", "bounded_load")  # the policies that hash a key (a tenant) onto a ring
 RING_POINTS = 64  # virtual nodes per replica on the hash ring
 
 Service = Callable[[int, int], float]  # (prompt tokens, cached tokens) -> prefill time

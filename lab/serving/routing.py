@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from lab.serving.client import NO_RETRY, Retry, complete_concurrently
+from lab.serving.client import NO_RETRY, Retry, complete_concurrently, stream_completion
 from lab.serving.fleet import Fleet
 
 COUNTERS = {"vllm:request_success_total": "requests", "vllm:prefix_cache_queries_total": "queries",
@@ -73,8 +73,6 @@ def _request_row(record: dict, result) -> dict:
 def probe_placement(fleet: Fleet, keys: Sequence, session_header: str, max_tokens: int = 1) -> dict:
     """Where the running router sends each key: one short request per key, alone, and the replica whose
     request counter grew. For consistent_hash, whose ring hashes the replicas' URLs with the router's own hash."""
-    from lab.serving.client import stream_completion
-
     placement = {}
     for key in dict.fromkeys(keys):
         before = replica_counters(fleet).requests
