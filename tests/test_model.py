@@ -84,5 +84,5 @@ def test_the_description_counts_the_weights_on_disk(built_twice, tmp_path):
     weights = load_file(built_twice[0] / "model.safetensors")
     count = sum(t.numel() for t in weights.values())
     assert count_weights(built_twice[0]) == count == parameter_count("tiny")
-    assert describe_model(built_twice[0]) == f"the lab's `tiny` preset ({count / 1e6:.1f} M parameters, float32)"
+    assert describe_model(built_twice[0]) == f"the lab's `tiny` preset (random weights, {count / 1e6:.1f} M parameters, float32)"
     assert describe_model(tmp_path / "Llama-2-7b-chat-hf") == "`Llama-2-7b-chat-hf`", "a model not on this machine"

@@ -30,12 +30,11 @@ class Prompts:
 
 def load_tokenizer(model: str | None):
     """The tokenizer of `model` (a local Hugging Face model directory; None: the lab's model)."""
-    from transformers import AutoTokenizer
-
+    from lab.core.model import tokenizer_for
     from lab.serving.engine_settings import resolve_model
 
     try:
-        return AutoTokenizer.from_pretrained(resolve_model(model))
+        return tokenizer_for(resolve_model(model))
     except Exception as error:  # transformers raises OSError, ValueError or its own errors
         raise AuditInputError(f"--model {model}: cannot load a tokenizer from it ({type(error).__name__}: {error}); "
                               "pass a local Hugging Face model directory with tokenizer files, or leave --model "

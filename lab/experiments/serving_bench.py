@@ -19,6 +19,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from lab.checks import number_in, positive_int
+from lab.core.model import tokenizer_for
 from lab.experiments.results import write_atomically
 from lab.serving import vllm_internals
 from lab.serving.engine_settings import model_config
@@ -50,15 +51,13 @@ def context_length(server: VLLMServer) -> int:
 def check_dataset(server: VLLMServer, dataset_path: Path, num_prompts: int, output_tokens: int) -> None:
     """The file holds `num_prompts` prompts (vLLM would repeat prompts to make up a shortfall, and repeats
     hit the cache), and each fits the server's context with room for its output; checked before the run."""
-    from transformers import AutoTokenizer
-
     if not dataset_path.is_file():
         raise FileNotFoundError(f"dataset_path={str(dataset_path)!r} does not exist; write one with export_custom_dataset")
     lines = dataset_path.read_text(encoding="utf-8").splitlines()
     if len(lines) < num_prompts:
         raise ValueError(f"{dataset_path.name} holds {len(lines)} prompts but num_prompts={num_prompts}: vLLM would "
                          f"send some twice, and a repeat hits the cache; export at least {num_prompts}")
-    tokenizer = AutoTokenizer.from_pretrained(server.model_path)
+    tokenizer = tokenizer_for(server.model_path)
     limit = context_length(server)
     for line_number, line in enumerate(lines[:num_prompts], 1):
         length = len(tokenizer.encode(json.loads(line)["prompt"]))

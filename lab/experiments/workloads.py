@@ -16,7 +16,8 @@ from pathlib import Path
 
 from lab import PROJECT_ROOT
 from lab.checks import positive_int
-from lab.core.model import CORPUS_DIR, ensure_model
+from lab.core.model import ensure_model
+from lab.core.random_model import CORPUS_DIR
 from lab.experiments import generators
 from lab.experiments.generators import GENERATORS, Record, num_tokens
 from lab.experiments.results import write_atomically
