@@ -8,7 +8,7 @@ own `@pytest.mark.engine`. nbval's notebook cells are marked in the root conftes
 
 import pytest
 
-ENGINE_MODULES = {"test_browser", "test_parity_vllm", "test_server", "test_serving_bench", "test_vllm_internals",
+ENGINE_MODULES = {"test_browser", "test_parity_vllm", "test_smollm2_vllm", "test_server", "test_serving_bench", "test_vllm_internals",
                   "test_workshop", "test_runner"}
 
 

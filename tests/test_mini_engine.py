@@ -99,3 +99,46 @@ def test_bad_inputs_are_named(model_path, tmp_path):
     limit = engine.config["max_position_embeddings"]
     with pytest.raises(ValueError, match=f"exceeds the model's context of {limit}"):
         engine.generate(list(range(limit)))
+
+
+# --- on real trained weights: SmolLM2-135M-Instruct (tied embeddings, 9 query / 3 KV heads, RoPE base 1e5) ---
+
+SMOLLM2_TOLERANCE = 5e-4  # 30 layers of fp32 in two orders of summation; the differences seen are ~5e-5
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from transformers import LlamaForCausalLM
+
+    from lab.core.model import chat_token_ids, tokenizer_for
+
+    path = ensure_model("smollm2")
+    tokenizer = tokenizer_for(path)
+    system = "You answer questions about geography in one sentence. " * 8
+    prompts = [chat_token_ids(tokenizer, [{"role": "system", "content": system}, {"role": "user", "content": q}])
+               for q in ("What is the capital of France?", "What is the capital of Italy?")]
+    return path, LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval(), tokenizer, prompts
+
+
+def test_logits_match_transformers_on_smollm2_with_no_partial_and_full_hits(smollm2):
+    path, hf_model, _, (france, italy) = smollm2
+    engine = MiniEngine(path, block_size=16, num_blocks=48)
+    shared = next(i for i, (a, b) in enumerate(zip(france, italy)) if a != b)
+    assert shared >= 32, "the two prompts share their system prompt"
+    cases = [("no hit", france, 0), ("partial hit", italy, shared // 16 * 16), ("full hit", france, (len(france) - 1) // 16 * 16)]
+    for name, token_ids, expected_cached in cases:
+        result = engine.generate(token_ids)
+        assert result.num_cached_tokens == expected_cached, name
+        diff = (result.first_logits - hf_last_logits(hf_model, token_ids)).abs().max().item()
+        assert diff <= SMOLLM2_TOLERANCE, f"{name}: max |logit difference| {diff:.2e}"
+
+
+def test_the_mini_engine_answers_like_smollm2_does_with_a_hit(smollm2):
+    path, hf_model, tokenizer, (france, _) = smollm2
+    engine = MiniEngine(path, block_size=16, num_blocks=48)
+    cold = engine.generate(france, max_tokens=8)
+    warm = engine.generate(france, max_tokens=8)
+    assert cold.num_cached_tokens == 0 and warm.num_cached_tokens > 0
+    expected = hf_model.generate(torch.tensor([france]), max_new_tokens=8, do_sample=False)[0, len(france):].tolist()
+    assert cold.output_token_ids == warm.output_token_ids == expected
+    assert "Paris" in tokenizer.decode(warm.output_token_ids)

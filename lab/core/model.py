@@ -89,6 +89,13 @@ def tokenizer_for(model: str | os.PathLike | None = None):
     return _tokenizer(str(path.resolve()))
 
 
+def chat_token_ids(tokenizer, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+    """The token ids a chat model sees for `messages`: its own chat template, rendered to text, then tokenized
+    without adding special tokens again (the template already holds them), as vLLM's `LLM.chat` does."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
 def parameter_count(preset: str = "tiny", vocab_size: int | None = None) -> int:
     """Number of weights in a random preset (vocabulary size as built, unless given)."""
     spec = _check_preset(preset, random_only=True)

