@@ -200,3 +200,21 @@ def test_the_why_section_comes_from_notebook_12s_results(results):
     text = results_section()
     for piece in ("within 5.6% of the measured one", "within\n5.3%", "cost-model-x-cpu-1", "| 64 ", "| no "):
         assert piece in text, piece
+
+
+def test_the_model_size_section_comes_from_notebook_13s_results(results):
+    assert results_context()["size"] is None, "nothing before notebook 13 has run"
+    table = pd.DataFrame({"model": ["tiny", "SmolLM2-135M-Instruct", "Llama-2-7B on an A100", "the article"],
+                          "parameters": [4458752, 134515008, 6740000000, 6740000000],
+                          "source": ["measured here", "measured here", "projected (lab's model)", "the article's figures"],
+                          "hit_rate": [0.703, 0.703, 0.703, float("nan")], "bound": [3.37, 3.37, 3.37, float("nan")],
+                          "throughput_gain": [3.2, 3.1, 3.07, 1.82], "share_of_bound": [0.95, 0.92, 0.91, float("nan")],
+                          "ttft_change": [-0.6, -0.59, -0.67, -0.46], "mean_ttft_ms_off": [700.0, 8000.0, None, None]})
+    save_results(table, "13_model_size", environment(notebook="13_model_size"))
+    text = results_section()
+    sizes = next(t for t in tables(text) if "share_of_bound" in t.columns)
+    assert "mean_ttft_ms_off" not in sizes.columns
+    assert row(sizes, "SmolLM2-135M-Instruct") == ["134,515,008", "measured here", "0.703", "3.37", "3.1", "0.92", "-0.59"]
+    assert row(sizes, "the article") == ["6,740,000,000", "the article's figures", "", "", "1.82", "", "-0.46"]
+    assert "**Model size** (`13_model_size`, run `13_model_size-" in text
+    assert "figures/13_model_size-gain.png" in text

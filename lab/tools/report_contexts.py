@@ -1,0 +1,197 @@
+"""What the later notebooks contribute to the README's Results section: one context per notebook (09 routing, 10
+capacity, 11 the audit, 12 why it missed, 13 model size), each read from that notebook's latest results files and
+None when it has not run; and how the README writes numbers and tables (`lab.tools.readme_report` renders them)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from lab.experiments import article
+from lab.experiments.bench import router_policies_seconds
+from lab.experiments.results import hardware_line, load_latest
+
+
+def number(value) -> str:
+    """How the README writes a number: thousands with commas, small values to three significant digits."""
+    if isinstance(value, str):
+        return value
+    if pd.isna(value):
+        return ""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    return df.map(number).to_markdown(index=False, tablefmt="pipe", disable_numparse=True)
+
+
+def _latest_or_none(name: str):
+    try:
+        return load_latest(name)
+    except FileNotFoundError:
+        return None, None
+
+
+def _capacity_range(sweep: pd.DataFrame, row: pd.Series, caching: str) -> str:
+    """'8-16': met the target at 8 req/s, missed it at 16 (the next swept rate); '>= 64' if none missed."""
+    runs = sweep[(sweep.dataset == row.dataset) & (sweep.caching == caching)].sort_values("request_rate")
+    met = row[f"capacity {caching} (req/s)"]
+    missed = runs[runs.p99_ttft_ms > row["target p99 TTFT (ms)"]].request_rate
+    if missed.empty:
+        return f">= {number(met)}"
+    return f"{number(met)}-{number(missed.iloc[0])}" if met else f"< {number(missed.iloc[0])}"
+
+
+def capacity_context() -> dict | None:
+    """The latest `10_capacity` run (None when it has not run)."""
+    gain, meta = _latest_or_none("10_capacity-gain")
+    if gain is None:
+        return None
+    implied = load_latest("10_capacity-implied_hit_rate")[0].drop(columns="model").to_numpy()
+    cap, sweep = load_latest("10_capacity-capacity")[0], load_latest("10_capacity-sweep")[0]
+    zero = load_latest("10_capacity-zero_hit")[0].iloc[0]
+    curve = pd.DataFrame({"shared fraction": gain.shared_fraction, "token hit rate h": gain.hit_rate,
+                          "bound 1/(1-h)": gain.bound, "throughput gain": gain.throughput_gain,
+                          "mean TTFT change": [f"{v:+.0%}" for v in gain.ttft_change]})
+    table = pd.DataFrame({
+        "dataset": cap.dataset, "target p99 TTFT (ms)": cap["target p99 TTFT (ms)"],
+        "capacity off (req/s)": [_capacity_range(sweep, row, "off") for _, row in cap.iterrows()],
+        "capacity on (req/s)": [_capacity_range(sweep, row, "on") for _, row in cap.iterrows()],
+        "ratio": [f"{v:.2f}x" if v != float("inf") else "off meets no swept rate" for v in cap["capacity ratio"]],
+        "hit rate h (on)": cap["hit rate (on, highest rate)"], "bound 1/(1-h)": cap["bound 1/(1-h)"]})
+    if "searched ratio" in cap.columns:  # capacity_repeats: found by bisection, repeated
+        table["searched off / on (req/s)"] = [f"{off:.1f} / {on:.1f}" for off, on in
+                                              zip(cap["searched off (req/s)"], cap["searched on (req/s)"])]
+        table["searched ratio (range)"] = [f"{r:.2f}x ({lo:.2f}-{hi:.2f})" for r, lo, hi in
+                                           zip(cap["searched ratio"], cap["ratio low"], cap["ratio high"])]
+    if "cost model ratio" in cap.columns:
+        table["cost model ratio"] = [f"{r:.2f}x" if pd.notna(r) else "" for r in cap["cost model ratio"]]
+    return {"run_id": meta["run_id"], "env": meta["environment"], "curve": markdown_table(curve),
+            "table": markdown_table(table), "implied_low": float(np.nanmin(implied)), "implied_high": float(np.nanmax(implied)),
+            "article_throughput_change": article.change_percent("requests_per_s"),
+            "article_ttft_change": article.change_percent("mean_ttft_ms"),
+            "searched": "searched ratio" in cap.columns,
+            "zero_ratio": zero.ratio, "zero_low": zero.low, "zero_high": zero.high,
+            "zero_added_us": zero.get("added_us"), "zero_added_share": zero.get("added_share")}
+
+
+def routing_context() -> dict | None:
+    """The latest `09_routing` run (None when it has not run)."""
+    policies, meta = _latest_or_none("09_routing-policies")
+    if policies is None:
+        return None
+    agreement, sweep = load_latest("09_routing-sim_vs_real")[0], load_latest("09_routing-sim_sweep")[0]
+    kv, timing = _latest_or_none("09_routing-kv_aware")[0], _latest_or_none("09_routing-sim_timing")[0]
+    bench, bench_meta = _latest_or_none("bench_sim")  # python -m lab.experiments.bench sim
+    table = pd.DataFrame({"policy": policies.policy, "fleet hit rate": policies.fleet_hit_rate,
+                          "TTFT p50 (ms)": policies.p50_ttft_ms, "TTFT p99 (ms)": policies.p99_ttft_ms,
+                          "requests per replica": policies.requests_per_replica.astype(str),
+                          "imbalance (max / mean)": policies.imbalance})
+    largest = int(sweep.replicas.max())
+    kept = sweep[sweep.replicas == largest].set_index("policy").fraction_of_ideal.sort_values(ascending=False)
+    return {"run_id": meta["run_id"], "env": meta["environment"], "table": markdown_table(table),
+            "agreement": markdown_table(_agreement_table(agreement)),
+            "largest_difference": agreement["hit rate difference"].abs().max(), "largest": largest,
+            "kept": list(kept.items()), "timing": None if timing is None else _timing_rows(timing),
+            "bench": None if bench is None else {"run_id": bench_meta["run_id"], "rows": _timing_rows(bench),
+                                                 "hardware": hardware_line(bench_meta["environment"])},
+            "faults": _fault_context(), "tradeoff": _table_or_none("09_routing-sim_tradeoff", _tradeoff_table),
+            "load": _table_or_none("09_routing-load", _load_table),
+            "kv": None if kv is None else [
+                {"run": r["run"], "nothing": int(r["credited nothing"]), "decisions": int(r["decisions"]),
+                 "tenants": int(r["tenants"]), "kv_rate": r["kv_aware hit rate"], "cache_rate": r["cache_aware hit rate"]}
+                for _, r in kv.iterrows()]}
+
+
+def _table_or_none(name: str, shape) -> str | None:
+    frame = _latest_or_none(name)[0]
+    return None if frame is None else markdown_table(shape(frame))
+
+
+def _agreement_table(agreement: pd.DataFrame) -> pd.DataFrame:
+    shape = agreement["shape"] if "shape" in agreement else "tenants"
+    return pd.DataFrame({"workload": shape, "policy": agreement.policy, "real hit rate": agreement["real hit rate"],
+                         "sim hit rate (seeds' median)": agreement["sim hit rate"],
+                         "sim - real": agreement["hit rate difference"],
+                         "real TTFT p50 (ms)": agreement.get("real p50 TTFT ms"),
+                         "sim TTFT p50 (ms)": agreement.get("sim p50 TTFT ms")})
+
+
+def _timing_rows(timing: pd.DataFrame) -> list[dict]:
+    """Per fleet size timed: seconds for vllm-router's five policies (with the shared hashing) and for all."""
+    rows = []
+    for (requests, replicas), t in timing.groupby(["requests", "replicas"], sort=True):
+        rows.append({"requests": requests, "replicas": replicas, "router_s": router_policies_seconds(t),
+                     "all_s": t.seconds.sum(),
+                     "policies": int((~t.policy.str.startswith("(")).sum())})
+    return rows
+
+
+def _fault_context() -> dict | None:
+    faults, rejoins = _latest_or_none("09_routing-fault")[0], _latest_or_none("09_routing-rejoin")[0]
+    if faults is None or "answered" not in faults:
+        return None
+    table = pd.DataFrame({"killed after (answers)": faults.kill_after_answered, "sent": faults.sent,
+                          "answered": faults.answered, "resubmitted by the client": faults.resubmitted,
+                          "sends the router retried": faults.router_retried_sends,
+                          "extra prefill tokens": faults.extra_prefill_tokens,
+                          "TTFT p50 resubmitted (ms)": faults.p50_ttft_ms_resubmitted,
+                          "TTFT p50 rest (ms)": faults.p50_ttft_ms_rest, "hits back after (s)": faults.recovery_s})
+    return {"table": markdown_table(table),
+            "rejoin": None if rejoins is None else list(zip(rejoins.share_of_requests, rejoins.share_of_hits))}
+
+
+def _tradeoff_table(tradeoff: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"policy": tradeoff.policy, "setting": tradeoff.setting, "fleet hit rate": tradeoff.fleet_hit_rate,
+                         "imbalance": tradeoff.imbalance, "TTFT p50": tradeoff.p50_ttft, "TTFT p99": tradeoff.p99_ttft})
+
+
+def _load_table(load: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"policy": load.policy, "real hit rate": load.fleet_hit_rate, "sim hit rate": load["sim hit rate"],
+                         "real imbalance": load.imbalance, "requests per replica": load.requests_per_replica.astype(str),
+                         "real TTFT p50 (ms)": load.p50_ttft_ms, "real TTFT p99 (ms)": load.p99_ttft_ms,
+                         "sim TTFT p50 (ms)": load["sim p50 TTFT ms"], "sim TTFT p99 (ms)": load["sim p99 TTFT ms"]})
+
+
+def audit_context() -> dict | None:
+    """The audit of notebook 11: the customer-service bot, the timestamped template, and the scale run."""
+    audit, meta = _latest_or_none("11_your_workload-audit")
+    if audit is None:
+        return None
+    bot, stamped = audit.set_index("workload").loc["customer_service"], audit.set_index("workload").loc["timestamped"]
+    scale, scale_meta = _latest_or_none("11_your_workload-scale")
+    return {"run_id": meta["run_id"],
+            "bot": {"prompts": int(bot.prompts), "hit_rate": bot.hit_rate, "block_size": int(bot.recommended_block_size),
+                    "radix_hit_rate": bot.radix_hit_rate, "projected": bot.projected_throughput_gain,
+                    "measured": bot.measured_throughput_gain, "policy": bot.recommended_policy,
+                    "sample": int(bot.get("sample_prompts", 0) or 0),
+                    "projected_sample": bot.get("projected_sample_throughput_gain", float("nan")),
+                    "salted": bot.salted_hit_rate},
+            "stamped": {"fields": stamped.fields, "hit_rate": stamped.hit_rate, "after": stamped.hit_rate_after_moving_fields},
+            "scale": None if scale is None else {
+                "run_id": scale_meta["run_id"], "prompts": scale_meta["environment"]["prompts"],
+                "mean_tokens": scale_meta["environment"]["mean_prompt_tokens"], "total": scale.seconds.sum(),
+                "sections": list(zip(scale.section, scale.seconds))}}
+
+
+def why_context() -> dict | None:
+    """Notebook 12: the attribution against the engine, and the cost model's projection against measured runs."""
+    checks, meta = _latest_or_none("12_why_it_missed-reconcile")
+    if checks is None:
+        return None
+    validation, validation_meta = _latest_or_none("12_why_it_missed-projection")
+    return {"run_id": meta["run_id"], "checks": markdown_table(checks),
+            "validation": None if validation is None else {
+                "run_id": validation_meta["run_id"], "cost_model": validation_meta["environment"]["cost_model"],
+                "worst_gain": validation.gain_error.abs().max(), "worst_ttft": validation.ttft_error.abs().max(),
+                "table": markdown_table(validation[["workload", "prompts", "hit_rate", "naive_bound", "projected_gain",
+                                                   "throughput_gain", "gain_error", "projected_ttft_change",
+                                                   "ttft_change", "ttft_error"]])}}
+
+
+def size_context() -> dict | None:
+    """Notebook 13: one workload at one hit rate on models of different size, the A100 projection, the article."""
+    table, meta = _latest_or_none("13_model_size")
+    columns = ["model", "parameters", "source", "hit_rate", "bound", "throughput_gain", "share_of_bound", "ttft_change"]
+    return table is not None and {"run_id": meta["run_id"], "hardware": hardware_line(meta["environment"]),
+                                  "table": markdown_table(table[columns])} or None
