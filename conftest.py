@@ -43,9 +43,10 @@ def pytest_ignore_collect(collection_path, config):
 # a long file started last cannot leave one worker running alone at the end (the browser tests once did, ~1 min).
 LONGEST_FIRST = ("tests/test_browser.py", "notebooks/09_routing.ipynb", "notebooks/10_capacity.ipynb",
                  "notebooks/06_warmup_and_eviction.ipynb", "notebooks/04_cache_on_vs_off.ipynb",
-                 "notebooks/12_why_it_missed.ipynb", "notebooks/03_block_size_sweep.ipynb",
+                 "notebooks/12_why_it_missed.ipynb", "notebooks/13_model_size.ipynb", "notebooks/03_block_size_sweep.ipynb",
                  "notebooks/07_serving_and_metrics.ipynb",
-                 "notebooks/01_ttft_breakdown.ipynb", "tests/test_workshop.py")
+                 "notebooks/01_ttft_breakdown.ipynb", "tests/test_workshop.py", "tests/test_smollm2_vllm.py",
+                 "tests/test_packaged_model.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -72,3 +72,18 @@ def test_the_exercises_run_on_their_own(path, tmp_path):
     out = subprocess.run([ruff, "check", "--isolated", "--select", "F821", "--output-format", "concise", "exercises.py"],
                          cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_lesson_tokenizes_with_the_model_it_runs(path):
+    """Token ids decide blocks and hits, and they differ between models: a lesson's tokenizer is the engine's own
+    (`llm.get_tokenizer()`) or `tokenizer_for` the model the lesson runs, never a fixed one. (The exercises run no
+    engine, so they may use the lab's tokenizer: `tokenizer_for(None)`.)"""
+    cells = nbformat.read(path, as_version=4).cells
+    start = next((i for i, c in enumerate(cells) if "ASSIGNMENT CONFIG" in c.source), len(cells))
+    lesson = "\n".join(c.source for c in cells[:start] if c.cell_type == "code")
+    assert "AutoTokenizer" not in lesson and "generators import tokenizer" not in lesson
+    arguments = set(re.findall(r"tokenizer_for\(([^)]*)\)", lesson))
+    assert arguments <= {"model_path", "model", "path"}, f"{path.stem} tokenizes with {arguments}"
+    exercises = "\n".join(c.source for c in cells[start:] if c.cell_type == "code")
+    assert set(re.findall(r"tokenizer_for\(([^)]*)\)", exercises)) <= {"None"}

@@ -66,19 +66,22 @@ def runs(smollm2, document):
     with_cache = list(serve(on, tokenizer, document, PrefixCache(num_blocks=USABLE_BLOCKS, block_size=BLOCK)))
     chat_check = on.chat([{"role": "user", "content": "What is the capital of France?"}],
                          use_tqdm=False)[0].prompt_token_ids  # vLLM's own rendering, after the compared requests
+    engine_tokens = [on.get_tokenizer().encode(text) for text in (document, *QUESTIONS)]
     off = make_llm(path, block_size=BLOCK, enable_prefix_caching=False, max_model_len=USABLE_BLOCKS * BLOCK)
     without_cache = list(serve(off, tokenizer, document))
-    return chat_check, with_cache, without_cache
+    return chat_check, with_cache, without_cache, engine_tokens
 
 
-def test_vllm_renders_a_chat_as_the_lab_does(runs, smollm2):
-    chat_check, _, _ = runs
+def test_vllm_tokenizes_and_renders_a_chat_as_the_lab_does(runs, smollm2, document):
+    chat_check, _, _, engine_tokens = runs
     _, tokenizer = smollm2
     assert chat_check == chat_token_ids(tokenizer, [{"role": "user", "content": "What is the capital of France?"}])
+    assert engine_tokens == [tokenizer.encode(text) for text in (document, *QUESTIONS)], "tokenizer_for is the engine's"
+    assert engine_tokens[0] != tokenizer_for(None).encode(document), "and not the tiny model's"
 
 
 def test_caching_leaves_every_real_answer_unchanged(runs):
-    _, with_cache, without_cache = runs
+    _, with_cache, without_cache, _ = runs
     assert [r[0] for r in with_cache] == [r[0] for r in without_cache], "the same prompts, turn by turn"
     assert [r[3] for r in with_cache] == [r[3] for r in without_cache], "greedy answers, caching on and off"
     assert all(r[1][0] == 0 for r in without_cache), "caching off: nothing is cached"
@@ -87,7 +90,7 @@ def test_caching_leaves_every_real_answer_unchanged(runs):
 
 
 def test_the_lab_cache_predicts_vllm_cached_tokens_request_by_request(runs):
-    _, with_cache, _ = runs
+    _, with_cache, _, _ = runs
     ours, vllm = [r[1][0] for r in with_cache], [r[1][1] for r in with_cache]
     assert ours == vllm
     assert all(v % BLOCK == 0 for v in vllm)
