@@ -14,6 +14,7 @@ from lab.experiments.capacity import (
     capacity,
     hit_rate_for,
     ratio_interval,
+    spread_name,
     zero_hit_runs,
 )
 from lab.experiments.generators import shared_fraction_prompts
@@ -71,12 +72,19 @@ def test_capacity_is_the_highest_rate_before_the_first_miss():
 
 
 def test_interval_brackets_the_mean_and_narrows_with_agreement():
-    mean, low, high = ratio_interval([0.98, 1.0, 1.02, 0.99, 1.01])
-    assert low < mean < high and mean == pytest.approx(1.0) and high - low < 0.03
-    wide = ratio_interval([0.7, 1.3, 0.8, 1.2])
+    agreeing = [0.98, 1.0, 1.02, 0.99, 1.01] * 2
+    mean, low, high = ratio_interval(agreeing)
+    assert low < mean < high and mean == pytest.approx(1.0) and high - low < 0.02 < max(agreeing) - min(agreeing)
+    wide = ratio_interval([0.7, 1.3, 0.8, 1.2] * 3)
     assert wide[2] - wide[1] > high - low
+    assert spread_name(10) == "95% bootstrap interval of 10"
     with pytest.raises(ValueError, match="at least two"):
         ratio_interval([1.0])
+
+
+def test_too_few_ratios_for_a_bootstrap_give_their_range():
+    assert ratio_interval([0.96, 1.01]) == (pytest.approx(0.985), 0.96, 1.01)
+    assert spread_name(2) == "range of 2"
 
 
 def test_a_zero_hit_interval_needs_two_pairs():

@@ -190,12 +190,23 @@ def capacity(sweep: pd.DataFrame, target_ms: float, column: str = "p99_ttft_ms")
     return best
 
 
+MIN_BOOTSTRAP = 10  # fewer ratios than this: a bootstrap interval is only their range, so report the range
+
+
 def ratio_interval(ratios: Sequence[float], confidence: float = 0.95, resamples: int = 10_000,
                    seed: int = 0) -> tuple[float, float, float]:
-    """Mean of paired ratios and its bootstrap (percentile) confidence interval."""
+    """Mean of paired ratios and its bootstrap (percentile) confidence interval; with fewer than MIN_BOOTSTRAP
+    ratios, the lowest and the highest (`spread_name` says which it was)."""
     values = np.asarray(ratios, float)
     if len(values) < 2:
         raise ValueError(f"{len(values)} ratio(s): an interval needs at least two repeats")
+    if len(values) < MIN_BOOTSTRAP:
+        return float(values.mean()), float(values.min()), float(values.max())
     means = np.random.default_rng(seed).choice(values, (resamples, len(values))).mean(axis=1)
     low, high = np.quantile(means, [(1 - confidence) / 2, (1 + confidence) / 2])
     return float(values.mean()), float(low), float(high)
+
+
+def spread_name(count: int, confidence: float = 0.95) -> str:
+    """What ratio_interval's low and high are for `count` ratios."""
+    return f"{confidence:.0%} bootstrap interval of {count}" if count >= MIN_BOOTSTRAP else f"range of {count}"

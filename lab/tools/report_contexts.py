@@ -9,6 +9,7 @@ import pandas as pd
 
 from lab.experiments import article
 from lab.experiments.bench import router_policies_seconds
+from lab.experiments.capacity import spread_name
 from lab.experiments.results import hardware_line, load_latest
 
 
@@ -72,6 +73,7 @@ def capacity_context() -> dict | None:
             "article_ttft_change": article.change_percent("mean_ttft_ms"),
             "searched": "searched ratio" in cap.columns,
             "zero_ratio": zero.ratio, "zero_low": zero.low, "zero_high": zero.high,
+            "zero_spread": spread_name(int(meta["environment"]["zero_hit_pairs"])),
             "zero_added_us": zero.get("added_us"), "zero_added_share": zero.get("added_share")}
 
 
