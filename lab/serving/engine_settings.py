@@ -121,7 +121,7 @@ def resolve_model(model: str | os.PathLike | None) -> str:
         return str(model)
     raise FileNotFoundError(
         f"model={str(model)!r} does not exist. Pass a local directory with config.json and weights, "
-        f"None for the lab's tiny model, or lab.core.model.ensure_model('small') for the larger preset"
+        f"None for the lab's tiny model, or lab.core.model.ensure_model('smollm2') for the trained SmolLM2 (or 'small')"
     )
 
 
