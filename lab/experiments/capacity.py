@@ -52,35 +52,6 @@ def _keep_fastest(best: dict, key, summary: pd.Series) -> None:
         best[key] = summary
 
 
-def gain_vs_hit_rate(model_path: str, prompts_by_fraction: dict[float, list[list[int]]], *, block_size: int | None,
-                     max_tokens: int, repeats: int = 3, progress: bool = True) -> pd.DataFrame:
-    """Each prompt set submitted at once (offline) with caching off, then on, one engine per setting and the
-    cache emptied before every run. Each set runs `repeats` times and its fastest run counts (like timeit:
-    a shared machine only ever slows a run down). One row per shared fraction: the measured token hit
-    rate, its bound, the throughput gain and the mean TTFT change."""
-    from tqdm.auto import tqdm
-
-    positive_int("repeats", repeats)
-    best = {}
-    for caching in (False, True):
-        llm = warm_engine(model_path, caching, block_size, next(iter(prompts_by_fraction.values())), max_tokens)
-        runs = [(f, r) for r in range(repeats) for f in prompts_by_fraction]
-        for fraction, _ in tqdm(runs, desc=f"caching {'on' if caching else 'off'}", disable=not progress, leave=False):
-            llm.reset_prefix_cache()
-            summary = summarize(run_workload(llm, prompts_by_fraction[fraction], max_tokens=max_tokens,
-                                             mode="offline", progress=False))
-            _keep_fastest(best, (fraction, caching), summary)
-    rows = []
-    for fraction in prompts_by_fraction:
-        off, on = best[fraction, False], best[fraction, True]
-        rows.append({"shared_fraction": fraction, "hit_rate": on["hit_rate"], "bound": 1 / (1 - on["hit_rate"]),
-                     "throughput_gain": on["requests_per_s"] / off["requests_per_s"],
-                     "ttft_change": on["mean_ttft_ms"] / off["mean_ttft_ms"] - 1,
-                     "requests_per_s_off": off["requests_per_s"], "requests_per_s_on": on["requests_per_s"],
-                     "mean_ttft_ms_off": off["mean_ttft_ms"], "mean_ttft_ms_on": on["mean_ttft_ms"]})
-    return pd.DataFrame(rows)
-
-
 def reuse_gain(model_path: str | None, prompts_by_name: dict[str, list[list[int]]], *, block_size: int | None,
                max_tokens: int, repeats: int = 3, progress: bool = True) -> pd.DataFrame:
     """What prefix reuse does, measured on one warmed engine: each prompt set submitted at once with a cache_salt
