@@ -8,7 +8,7 @@ import zipfile
 import pytest
 
 import lab.core.model
-from lab.core.model import build_model, chat_token_ids, describe_model, ensure_model, tokenizer_for
+from lab.core.model import build_model, chat_token_ids, describe_model, ensure_model, has_trained_weights, tokenizer_for
 from lab.core.packaged_model import PACKAGED, fetch_wheel
 
 SPEC = PACKAGED["smollm2"]
@@ -36,6 +36,7 @@ def test_it_is_smollm2_135m_with_its_licence_and_provenance(built):
     assert config["tie_word_embeddings"] and config["rope_parameters"]["rope_theta"] == 100000.0
     assert "Apache License" in (built / "LICENSE").read_text()
     assert SPEC.sha256 in (built / "SOURCE.md").read_text()
+    assert has_trained_weights(built) and not has_trained_weights(ensure_model("tiny"))
     assert describe_model(built).startswith("SmolLM2-135M-Instruct (the lab's `smollm2` preset, trained, 134.5 M")
 
 

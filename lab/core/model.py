@@ -120,6 +120,13 @@ def count_weights(model_path: str | os.PathLike) -> int:
     return total
 
 
+def has_trained_weights(model_path: str | os.PathLike) -> bool:
+    """False for the lab's random-weight presets (their answers are gibberish), True for any other model."""
+    config_file = Path(model_path) / "config.json"
+    preset = json.loads(config_file.read_text()).get("lab_preset") if config_file.is_file() else None
+    return preset not in PRESETS
+
+
 def describe_model(model_path: str | os.PathLike) -> str:
     """'the lab's `tiny` preset (random weights, 4.4 M parameters, float32)', 'SmolLM2-135M-Instruct (the lab's
     `smollm2` preset, trained, ...)', or the directory's name for another model."""
