@@ -25,11 +25,11 @@ os.environ.setdefault("LAB_RESULTS_DIR", os.path.join(_scratch, "results"))
 os.environ.setdefault("LAB_AUDIT_DIR", os.path.join(_scratch, "audit"))
 
 
-IN_BROWSER = {"00_quickstart.ipynb", "02_block_hashing.ipynb"}
+IN_BROWSER = {"00_quickstart.ipynb", "01_block_hashing.ipynb"}
 
 
 def pytest_ignore_collect(collection_path, config):
-    """00_quickstart and 02_block_hashing run cell by cell in a real JupyterLab instead (tests/test_browser.py:
+    """00_quickstart and 01_block_hashing run cell by cell in a real JupyterLab instead (tests/test_browser.py:
     every cell, no error, their checks passed), so nbval does not run them a second time, wherever Chromium is
     there for that."""
     if collection_path.name in IN_BROWSER:
@@ -41,11 +41,11 @@ def pytest_ignore_collect(collection_path, config):
 
 # The longest files first (seconds each in a CI run on 2 cores): the two xdist workers take files in this order, so
 # a long file started last cannot leave one worker running alone at the end (the browser tests once did, ~1 min).
-LONGEST_FIRST = ("tests/test_browser.py", "notebooks/09_routing.ipynb", "notebooks/10_capacity.ipynb",
-                 "notebooks/06_warmup_and_eviction.ipynb", "notebooks/04_cache_on_vs_off.ipynb",
-                 "notebooks/12_why_it_missed.ipynb", "notebooks/13_model_size.ipynb", "notebooks/03_block_size_sweep.ipynb",
-                 "notebooks/07_serving_and_metrics.ipynb",
-                 "notebooks/01_ttft_breakdown.ipynb", "tests/test_workshop.py", "tests/test_smollm2_vllm.py",
+LONGEST_FIRST = ("tests/test_browser.py", "notebooks/10_routing.ipynb", "notebooks/12_capacity.ipynb",
+                 "notebooks/07_warmup_and_eviction.ipynb", "notebooks/05_cache_on_vs_off.ipynb",
+                 "notebooks/11_why_it_missed.ipynb", "notebooks/13_model_size.ipynb", "notebooks/04_block_size_sweep.ipynb",
+                 "notebooks/08_serving_and_metrics.ipynb",
+                 "notebooks/03_ttft_breakdown.ipynb", "tests/test_workshop.py", "tests/test_smollm2_vllm.py",
                  "tests/test_packaged_model.py")
 
 

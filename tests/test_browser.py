@@ -1,5 +1,5 @@
 """JupyterLab in a real browser: started as `make lab` starts it, driven through its UI with Playwright and
-Debian's Chromium. Notebook 00 runs every cell without an error; notebook 02 too, and its widget redraws the
+Debian's Chromium. Notebook 00 runs every cell without an error; notebook 01 too, and its widget redraws the
 block map (nbval leaves these two notebooks to this test where Chromium exists: see the root conftest.py).
 Nothing here waits a fixed time: each step waits for the state it needs (the kernel idle, execution
 started, every cell run, the file saved with its outputs). Screenshots go to LAB_SCREENSHOTS_DIR (default:
@@ -19,7 +19,7 @@ from lab.tools.runner import NOTEBOOKS_DIR
 
 CHROMIUM = find_chrome()  # BROWSER_PATH, or chromium / chrome on the PATH
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian: apt-get install chromium)")
-IN_BROWSER = ("00_quickstart.ipynb", "02_block_hashing.ipynb")
+IN_BROWSER = ("00_quickstart.ipynb", "01_block_hashing.ipynb")
 
 # the notebook in front: other tabs stay in the page, hidden
 ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)"
@@ -138,19 +138,19 @@ def test_quickstart_runs_every_cell_in_jupyterlab_without_an_error(jupyterlab, p
 
 def test_block_hashing_runs_and_its_widget_redraws_the_block_map(jupyterlab, page, screenshots):
     lab, root = jupyterlab
-    run_all_cells(page, lab, "02_block_hashing.ipynb", screenshots)
+    run_all_cells(page, lab, "01_block_hashing.ipynb", screenshots)
     widget = page.locator(f"{ACTIVE} .widget-interact").last
     widget.scroll_into_view_if_needed()
     block_map = widget.locator(".widget-output")
     before = block_map.inner_html()
-    page.screenshot(path=str(screenshots / "02_block_hashing-before.png"))
+    page.screenshot(path=str(screenshots / "01_block_hashing-before.png"))
     handle = widget.locator(".noUi-handle").first
     handle.focus()
     page.keyboard.press("ArrowRight")
     page.wait_for_function("([el, old]) => el.innerHTML !== old", arg=[block_map.element_handle(), before], timeout=30_000)
-    page.screenshot(path=str(screenshots / "02_block_hashing-after.png"))
+    page.screenshot(path=str(screenshots / "01_block_hashing-after.png"))
     assert block_map.inner_html() != before and "block" in block_map.inner_text().lower()
     assert page.evaluate(ERRORS_SHOWN) == [], "a cell shows an error"
-    outputs = saved_outputs(page, root, "02_block_hashing.ipynb")
+    outputs = saved_outputs(page, root, "01_block_hashing.ipynb")
     assert not [o for o in outputs if o["output_type"] == "error"]
     assert any("all checks passed" in "".join(o.get("text", "")) for o in outputs), "the notebook's checks ran"

@@ -28,5 +28,5 @@ def test_the_address_carries_the_token():
     lab.port = 8899
     assert lab.url("00_quickstart.ipynb") == f"http://127.0.0.1:8899/lab/tree/00_quickstart.ipynb?token={lab.token}"
     assert len(lab.token) == 32 and JupyterLab().token != lab.token, "a fresh token per start"
-    assert lab.url("02_block_hashing.ipynb", workspace="nb02") == \
-        f"http://127.0.0.1:8899/lab/workspaces/nb02/tree/02_block_hashing.ipynb?token={lab.token}&reset"
+    assert lab.url("01_block_hashing.ipynb", workspace="nb02") == \
+        f"http://127.0.0.1:8899/lab/workspaces/nb02/tree/01_block_hashing.ipynb?token={lab.token}&reset"

@@ -42,11 +42,11 @@ def results(tmp_path, monkeypatch):
     table = pd.DataFrame({"metric": ["mean_ttft_ms", "requests_per_s", "hit_rate"],
                           "cache off": [200.0, 10.0, 0.0], "cache on": [100.0, 15.0, 0.5],
                           "change_%": [-50.0, 50.0, float("nan")]})
-    save_results(table, "04_cache_on_vs_off-offline", env)
-    save_results(table, "04_cache_on_vs_off-online", env)
+    save_results(table, "05_cache_on_vs_off-offline", env)
+    save_results(table, "05_cache_on_vs_off-online", env)
     save_results(pd.DataFrame({"workload": ["a", "a"], "block_size": [32, 64], "vllm_hit_rate": [0.5, 0.49],
                                "mean_ttft_ms": [10.0, 10.2]}),
-                 "03_block_size_sweep-vllm", env)
+                 "04_block_size_sweep-vllm", env)
 
 
 def test_the_offline_table_shows_ours_beside_the_articles(results):
@@ -80,27 +80,27 @@ def test_readme_is_rewritten_only_between_the_markers(results, tmp_path, monkeyp
 
 
 def test_the_capacity_section_comes_from_the_capacity_results(results):
-    env = environment(notebook="10_capacity", gain_prompts=8, prompt_tokens=512, block_size=32, rates=[4, 16],
+    env = environment(notebook="12_capacity", gain_prompts=8, prompt_tokens=512, block_size=32, rates=[4, 16],
                       seconds_per_rate=1.5, target_factor=3, zero_hit_pairs=2, zero_hit_prompts=8,
                       article_1000_hit_rate=0.845)
     save_results(pd.DataFrame({"shared_fraction": [0.0, 0.9], "hit_rate": [0.0, 0.8], "bound": [1.0, 5.0],
-                               "throughput_gain": [1.0, 3.0], "ttft_change": [0.0, -0.6]}), "10_capacity-gain", env)
+                               "throughput_gain": [1.0, 3.0], "ttft_change": [0.0, -0.6]}), "12_capacity-gain", env)
     save_results(pd.DataFrame({"model": ["measured here", "A100 projection"], "x": [0.6, 0.46], "y": [0.66, 0.47]}),
-                 "10_capacity-implied_hit_rate", env)
+                 "12_capacity-implied_hit_rate", env)
     save_results(pd.DataFrame({"dataset": ["custom"], "target p99 TTFT (ms)": [300.0], "capacity off (req/s)": [4.0],
                                "capacity on (req/s)": [16.0], "capacity ratio": [4.0],
-                               "hit rate (on, highest rate)": [0.7], "bound 1/(1-h)": [3.33]}), "10_capacity-capacity", env)
+                               "hit rate (on, highest rate)": [0.7], "bound 1/(1-h)": [3.33]}), "12_capacity-capacity", env)
     save_results(pd.DataFrame({"dataset": ["custom"] * 4, "caching": ["off", "off", "on", "on"],
-                               "request_rate": [4, 16] * 2, "p99_ttft_ms": [200, 900, 100, 250]}), "10_capacity-sweep", env)
+                               "request_rate": [4, 16] * 2, "p99_ttft_ms": [200, 900, 100, 250]}), "12_capacity-sweep", env)
     save_results(pd.DataFrame({"pair": [0, 0], "caching": ["off", "on"], "ratio": [0.99] * 2, "low": [0.95] * 2,
-                               "high": [1.03] * 2}), "10_capacity-zero_hit", env)
+                               "high": [1.03] * 2}), "12_capacity-zero_hit", env)
     capacity = results_context()["capacity"]
     assert (capacity["implied_low"], capacity["implied_high"]) == (0.46, 0.66)
     assert (capacity["zero_ratio"], capacity["zero_low"], capacity["zero_high"]) == (0.99, 0.95, 1.03)
     curve, cap = tables(results_section())[2:4]
     assert row(curve, "0.9") == ["0.8", "5", "3", "-60%"]
     assert row(cap, "custom") == ["300", "4-16", ">= 16", "4.00x", "0.7", "3.33"], "met at 4, missed at 16; on never missed"
-    assert "figures/10_capacity-gain_vs_hit_rate.png" in results_section()
+    assert "figures/12_capacity-gain_vs_hit_rate.png" in results_section()
 
 
 def test_the_verdict_table_counts_the_ledger(results):
@@ -115,7 +115,7 @@ def test_the_online_rate_is_the_one_the_arrivals_delivered(results):
                       model=str(ensure_model("tiny")))
     online = pd.DataFrame({"metric": ["mean_ttft_ms", "offered_rate_per_s"], "cache off": [20.0, 7.0],
                            "cache on": [10.0, 7.0], "change_%": [-50.0, 0.0]})
-    save_results(online, "04_cache_on_vs_off-online", env)
+    save_results(online, "05_cache_on_vs_off-online", env)
     context = results_context()["online"]
     assert context["offered"] and (context["rate"], context["planned"]) == (7.0, 8.0)
     assert context["share_of_offline"] == pytest.approx(0.7)
@@ -129,24 +129,24 @@ def test_the_routing_section_comes_from_the_routing_results(results):
     save_results(pd.DataFrame({"policy": ["round_robin", "cache_aware"], "fleet_hit_rate": [0.49, 0.82],
                                "p50_ttft_ms": [994.0, 526.0], "p99_ttft_ms": [2594.0, 1513.0],
                                "requests_per_replica": ["12/12", "13/11"], "imbalance": [1.0, 1.08]}),
-                 "09_routing-policies", env)
+                 "10_routing-policies", env)
     save_results(pd.DataFrame({"shape": ["tenants", "skewed"], "policy": ["round_robin", "round_robin"],
                                "real hit rate": [0.5, 0.6], "sim hit rate": [0.542, 0.58],
                                "hit rate difference": [0.042, -0.02], "real p50 TTFT ms": [900.0, 800.0],
-                               "sim p50 TTFT ms": [220.0, 200.0]}), "09_routing-sim_vs_real", env)
+                               "sim p50 TTFT ms": [220.0, 200.0]}), "10_routing-sim_vs_real", env)
     save_results(pd.DataFrame({"replicas": [2, 64, 64], "policy": ["cache_aware", "cache_aware", "round_robin"],
-                               "fraction_of_ideal": [1.0, 0.95, 0.02]}), "09_routing-sim_sweep", env)
+                               "fraction_of_ideal": [1.0, 0.95, 0.02]}), "10_routing-sim_sweep", env)
     save_results(pd.DataFrame([{"kill_after_answered": 2, "sent": 24, "answered": 24, "resubmitted": 3, "failed": 0,
                                 "router_retried_sends": 6, "extra_prefill_tokens": 2016,
                                 "p50_ttft_ms_resubmitted": 1000.0, "p50_ttft_ms_rest": 200.0, "recovery_s": 0.3}]),
-                 "09_routing-fault", env)
-    save_results(pd.DataFrame([{"share_of_requests": 0.4, "share_of_hits": 0.3}]), "09_routing-rejoin", env)
+                 "10_routing-fault", env)
+    save_results(pd.DataFrame([{"share_of_requests": 0.4, "share_of_hits": 0.3}]), "10_routing-rejoin", env)
     save_results(pd.DataFrame({"policy": ["(hashing the trace once)", "round_robin", "kv_cost"], "seconds": [1.0, 4.9, 8.8],
-                               "requests": 10000, "replicas": 64}), "09_routing-sim_timing", env)
+                               "requests": 10000, "replicas": 64}), "10_routing-sim_timing", env)
     save_results(pd.DataFrame({"run": ["cold, 1 in flight", "cold, 6 in flight"], "kv_aware hit rate": [0.62, 0.43],
                                "cache_aware hit rate": [0.62, 0.74],
                                "decisions": [16, 16], "credited nothing": [4, 10], "tenants": [4, 4]}),
-                 "09_routing-kv_aware", env)
+                 "10_routing-kv_aware", env)
     routing = results_context()["routing"]
     assert routing["timing"] == [{"requests": 10000, "replicas": 64, "router_s": pytest.approx(5.9),
                                   "all_s": pytest.approx(14.7), "policies": 2}], "kv_cost is not vllm-router's"
@@ -159,22 +159,22 @@ def test_the_routing_section_comes_from_the_routing_results(results):
     assert row(policies, "cache_aware") == ["0.82", "526", "1,513", "13/11", "1.08"]
     assert row(agreement, "skewed") == ["round_robin", "0.6", "0.58", "-0.02", "800", "200"]
     assert row(faults, "2") == ["24", "24", "3", "6", "2,016", "1,000", "200", "0.3"]
-    assert "figures/09_routing-hit_rate.png" in text and "33 ms + 58 ms per 1,000 uncached tokens" in text
+    assert "figures/10_routing-hit_rate.png" in text and "33 ms + 58 ms per 1,000 uncached tokens" in text
     assert "40% of the requests" in text
 
 
 def test_the_audit_section_comes_from_the_audit_results(results):
-    assert results_context()["audit"] is None, "nothing before notebook 11 has run"
-    env = environment(notebook="11_your_workload")
+    assert results_context()["audit"] is None, "nothing before notebook 15 has run"
+    env = environment(notebook="15_your_workload")
     save_results(pd.DataFrame([
         {"workload": "customer_service", "prompts": 300, "recommended_block_size": 32, "hit_rate": 0.675,
          "radix_hit_rate": 0.688, "projected_throughput_gain": 2.92, "measured_throughput_gain": 2.14,
          "sample_prompts": 24, "projected_sample_throughput_gain": 2.4,
          "recommended_policy": "cache_aware --cache-threshold 0.5", "salted_hit_rate": 0.31},
         {"workload": "timestamped", "prompts": 120, "recommended_block_size": 128, "hit_rate": 0.0,
-         "hit_rate_after_moving_fields": 0.86, "fields": "Current time: + Request id:"}]), "11_your_workload-audit", env)
+         "hit_rate_after_moving_fields": 0.86, "fields": "Current time: + Request id:"}]), "15_your_workload-audit", env)
     save_results(pd.DataFrame({"section": ["read and tokenize", "hit rates"], "seconds": [100.0, 50.0]}),
-                 "11_your_workload-scale", environment(prompts=100000, mean_prompt_tokens=1017.0))
+                 "15_your_workload-scale", environment(prompts=100000, mean_prompt_tokens=1017.0))
     audit = results_context()["audit"]
     assert audit["bot"] | {"policy": None} == {"prompts": 300, "hit_rate": 0.675, "block_size": 32, "radix_hit_rate": 0.688,
                                                "projected": 2.92, "measured": 2.14, "policy": None, "salted": 0.31,
@@ -187,14 +187,14 @@ def test_the_audit_section_comes_from_the_audit_results(results):
 
 
 def test_the_why_section_comes_from_notebook_12s_results(results):
-    assert results_context()["why"] is None, "nothing before notebook 12 has run"
+    assert results_context()["why"] is None, "nothing before notebook 11 has run"
     checks = pd.DataFrame({"check": ["requests whose cached tokens match"], "lab": [64], "engine": [63], "agree": ["no"]})
-    save_results(checks, "12_why_it_missed-reconcile", environment(notebook="12_why_it_missed"))
+    save_results(checks, "11_why_it_missed-reconcile", environment(notebook="11_why_it_missed"))
     validation = pd.DataFrame({"workload": ["chat", "rag_long"], "prompts": [96, 48], "hit_rate": [0.5, 0.6],
                                "naive_bound": [2.0, 2.5], "projected_gain": [1.9, 2.2], "throughput_gain": [1.8, 2.1],
                                "gain_error": [0.056, 0.048], "projected_ttft_change": [-0.3, -0.4],
                                "ttft_change": [-0.31, -0.43], "ttft_error": [0.014, 0.053]})
-    save_results(validation, "12_why_it_missed-projection", environment(cost_model="cost-model-x-cpu-1"))
+    save_results(validation, "11_why_it_missed-projection", environment(cost_model="cost-model-x-cpu-1"))
     why = results_context()["why"]
     assert why["validation"]["worst_gain"] == 0.056 and why["validation"]["worst_ttft"] == 0.053
     text = results_section()

@@ -42,7 +42,7 @@ BASES = {
 }
 # Evidence from workloads built toward the article's own figures: it can calibrate a claim, never reproduce it.
 CALIBRATED_EVIDENCE = {
-    "results:06_warmup_and_eviction-stages": "the customer_service generator was shaped toward the article's stage hit rates",
+    "results:07_warmup_and_eviction-stages": "the customer_service generator was shaped toward the article's stage hit rates",
 }
 
 

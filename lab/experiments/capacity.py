@@ -19,7 +19,7 @@ from lab.checks import number_in, positive_int
 from lab.experiments.measure import run_workload, summarize
 from lab.serving.engine import make_llm
 
-# The A100 projection of notebook 04: Llama-2-7b-chat in bf16 on one A100 80GB.
+# The A100 projection of notebook 05: Llama-2-7b-chat in bf16 on one A100 80GB.
 A100_PEAK_FLOPS = 312e12  # dense bf16
 A100_ACHIEVED = 0.5  # fraction of peak a prefill reaches
 A100_HBM_BYTES_PER_S = 2.0e12

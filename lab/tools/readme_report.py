@@ -37,13 +37,13 @@ LABELS = {
     "mean_prefill_ms": "mean prefill (ms)", "offered_rate_per_s": "arrival rate offered (req/s)", "requests_per_s": "requests/s",
     "hit_rate": "token hit rate", "peak_kv_blocks": "peak KV blocks in use", "peak_process_gib": "peak process memory (GiB)",
 }
-FIGURES = [("with/without", "04_cache_on_vs_off-changes"), ("TTFT distribution", "04_cache_on_vs_off-ttft_cdf"),
-           ("hit rate vs block size", "03_block_size_sweep-hit_rate"), ("TTFT breakdown under load", "01_ttft_breakdown-load")]
+FIGURES = [("with/without", "05_cache_on_vs_off-changes"), ("TTFT distribution", "05_cache_on_vs_off-ttft_cdf"),
+           ("hit rate vs block size", "04_block_size_sweep-hit_rate"), ("TTFT breakdown under load", "03_ttft_breakdown-load")]
 OPTIONAL_FIGURES = {  # shown when their notebook has run
-    "capacity": [("gain vs hit rate", "10_capacity-gain_vs_hit_rate"), ("TTFT vs offered rate", "10_capacity-ttft_vs_rate")],
-    "routing": [("hit rate by routing policy", "09_routing-hit_rate"),
-                ("hits against queueing, 64 simulated replicas", "09_routing-sim_tradeoff")],
-    "why": [("why prompt tokens missed, by lesson", "12_why_it_missed-causes")],
+    "capacity": [("gain vs hit rate", "12_capacity-gain_vs_hit_rate"), ("TTFT vs offered rate", "12_capacity-ttft_vs_rate")],
+    "routing": [("hit rate by routing policy", "10_routing-hit_rate"),
+                ("hits against queueing, 64 simulated replicas", "10_routing-sim_tradeoff")],
+    "why": [("why prompt tokens missed, by lesson", "11_why_it_missed-causes")],
     "size": [("the same hit rate on models of different size", "13_model_size-gain")],
 }
 
@@ -84,11 +84,11 @@ def claims_context() -> dict:
 
 def results_context() -> dict:
     """Every number and table the Results section shows, from the latest results files."""
-    offline, meta = load_latest("04_cache_on_vs_off-offline")
+    offline, meta = load_latest("05_cache_on_vs_off-offline")
     model = Path(meta["environment"]["model"])  # a run in another clone: the same model built here describes it
     model = model if model.exists() else PROJECT_ROOT / "models" / model.name
-    online, online_meta = load_latest("04_cache_on_vs_off-online")
-    sweep, sweep_meta = load_latest("03_block_size_sweep-vllm")
+    online, online_meta = load_latest("05_cache_on_vs_off-online")
+    sweep, sweep_meta = load_latest("04_block_size_sweep-vllm")
     env, rows = meta["environment"], offline.set_index("metric")
     hit_rate = rows.loc["hit_rate", "cache on"]
     parts = {"capacity": capacity_context(), "routing": routing_context(), "why": why_context(), "size": size_context()}

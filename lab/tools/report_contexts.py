@@ -1,5 +1,5 @@
-"""What the later notebooks contribute to the README's Results section: one context per notebook (09 routing, 10
-capacity, 11 the audit, 12 why it missed, 13 model size), each read from that notebook's latest results files and
+"""What the later notebooks contribute to the README's Results section: one context per notebook (10 routing, 11
+why it missed, 12 capacity, 13 model size, 15 the audit), each read from that notebook's latest results files and
 None when it has not run; and how the README writes numbers and tables (`lab.tools.readme_report` renders them)."""
 
 from __future__ import annotations
@@ -44,13 +44,13 @@ def _capacity_range(sweep: pd.DataFrame, row: pd.Series, caching: str) -> str:
 
 
 def capacity_context() -> dict | None:
-    """The latest `10_capacity` run (None when it has not run)."""
-    gain, meta = _latest_or_none("10_capacity-gain")
+    """The latest `12_capacity` run (None when it has not run)."""
+    gain, meta = _latest_or_none("12_capacity-gain")
     if gain is None:
         return None
-    implied = load_latest("10_capacity-implied_hit_rate")[0].drop(columns="model").to_numpy()
-    cap, sweep = load_latest("10_capacity-capacity")[0], load_latest("10_capacity-sweep")[0]
-    zero = load_latest("10_capacity-zero_hit")[0].iloc[0]
+    implied = load_latest("12_capacity-implied_hit_rate")[0].drop(columns="model").to_numpy()
+    cap, sweep = load_latest("12_capacity-capacity")[0], load_latest("12_capacity-sweep")[0]
+    zero = load_latest("12_capacity-zero_hit")[0].iloc[0]
     curve = pd.DataFrame({"shared fraction": gain.shared_fraction, "token hit rate h": gain.hit_rate,
                           "bound 1/(1-h)": gain.bound, "throughput gain": gain.throughput_gain,
                           "mean TTFT change": [f"{v:+.0%}" for v in gain.ttft_change]})
@@ -78,12 +78,12 @@ def capacity_context() -> dict | None:
 
 
 def routing_context() -> dict | None:
-    """The latest `09_routing` run (None when it has not run)."""
-    policies, meta = _latest_or_none("09_routing-policies")
+    """The latest `10_routing` run (None when it has not run)."""
+    policies, meta = _latest_or_none("10_routing-policies")
     if policies is None:
         return None
-    agreement, sweep = load_latest("09_routing-sim_vs_real")[0], load_latest("09_routing-sim_sweep")[0]
-    kv, timing = _latest_or_none("09_routing-kv_aware")[0], _latest_or_none("09_routing-sim_timing")[0]
+    agreement, sweep = load_latest("10_routing-sim_vs_real")[0], load_latest("10_routing-sim_sweep")[0]
+    kv, timing = _latest_or_none("10_routing-kv_aware")[0], _latest_or_none("10_routing-sim_timing")[0]
     bench, bench_meta = _latest_or_none("bench_sim")  # python -m lab.experiments.bench sim
     table = pd.DataFrame({"policy": policies.policy, "fleet hit rate": policies.fleet_hit_rate,
                           "TTFT p50 (ms)": policies.p50_ttft_ms, "TTFT p99 (ms)": policies.p99_ttft_ms,
@@ -97,8 +97,8 @@ def routing_context() -> dict | None:
             "kept": list(kept.items()), "timing": None if timing is None else _timing_rows(timing),
             "bench": None if bench is None else {"run_id": bench_meta["run_id"], "rows": _timing_rows(bench),
                                                  "hardware": hardware_line(bench_meta["environment"])},
-            "faults": _fault_context(), "tradeoff": _table_or_none("09_routing-sim_tradeoff", _tradeoff_table),
-            "load": _table_or_none("09_routing-load", _load_table),
+            "faults": _fault_context(), "tradeoff": _table_or_none("10_routing-sim_tradeoff", _tradeoff_table),
+            "load": _table_or_none("10_routing-load", _load_table),
             "kv": None if kv is None else [
                 {"run": r["run"], "nothing": int(r["credited nothing"]), "decisions": int(r["decisions"]),
                  "tenants": int(r["tenants"]), "kv_rate": r["kv_aware hit rate"], "cache_rate": r["cache_aware hit rate"]}
@@ -130,7 +130,7 @@ def _timing_rows(timing: pd.DataFrame) -> list[dict]:
 
 
 def _fault_context() -> dict | None:
-    faults, rejoins = _latest_or_none("09_routing-fault")[0], _latest_or_none("09_routing-rejoin")[0]
+    faults, rejoins = _latest_or_none("10_routing-fault")[0], _latest_or_none("10_routing-rejoin")[0]
     if faults is None or "answered" not in faults:
         return None
     table = pd.DataFrame({"killed after (answers)": faults.kill_after_answered, "sent": faults.sent,
@@ -156,12 +156,12 @@ def _load_table(load: pd.DataFrame) -> pd.DataFrame:
 
 
 def audit_context() -> dict | None:
-    """The audit of notebook 11: the customer-service bot, the timestamped template, and the scale run."""
-    audit, meta = _latest_or_none("11_your_workload-audit")
+    """The audit of notebook 15: the customer-service bot, the timestamped template, and the scale run."""
+    audit, meta = _latest_or_none("15_your_workload-audit")
     if audit is None:
         return None
     bot, stamped = audit.set_index("workload").loc["customer_service"], audit.set_index("workload").loc["timestamped"]
-    scale, scale_meta = _latest_or_none("11_your_workload-scale")
+    scale, scale_meta = _latest_or_none("15_your_workload-scale")
     return {"run_id": meta["run_id"],
             "bot": {"prompts": int(bot.prompts), "hit_rate": bot.hit_rate, "block_size": int(bot.recommended_block_size),
                     "radix_hit_rate": bot.radix_hit_rate, "projected": bot.projected_throughput_gain,
@@ -177,11 +177,11 @@ def audit_context() -> dict | None:
 
 
 def why_context() -> dict | None:
-    """Notebook 12: the attribution against the engine, and the cost model's projection against measured runs."""
-    checks, meta = _latest_or_none("12_why_it_missed-reconcile")
+    """Notebook 11: the attribution against the engine, and the cost model's projection against measured runs."""
+    checks, meta = _latest_or_none("11_why_it_missed-reconcile")
     if checks is None:
         return None
-    validation, validation_meta = _latest_or_none("12_why_it_missed-projection")
+    validation, validation_meta = _latest_or_none("11_why_it_missed-projection")
     return {"run_id": meta["run_id"], "checks": markdown_table(checks),
             "validation": None if validation is None else {
                 "run_id": validation_meta["run_id"], "cost_model": validation_meta["environment"]["cost_model"],
