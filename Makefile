@@ -62,7 +62,8 @@ lint: setup
 	$(BIN)/ruff check .
 
 lab: setup
-	@# its own free port (LAB_PORT=NNNN to choose one) and a fresh token; says what to do if it cannot start
+	@# JupyterLab on course/: your copies of the lessons, the exercises without their solutions (an edited copy
+	@# is never overwritten); its own free port (LAB_PORT=NNNN to choose one), a fresh token
 	$(BIN)/python -m lab.tools.notebook_server
 
 # Student and solution notebooks of the exercises, for a room of learners (WORKSHOP.md)
@@ -72,6 +73,6 @@ workshop: setup
 # What runs write (executed notebooks, results, figures, workloads, the model); the venv, the canonical
 # results in data/reference/results/ and the committed figures stay.
 clean:
-	rm -rf runs models data/results
+	rm -rf runs models data/results workshop
 	rm -f data/workloads/*.jsonl data/workloads/*.manifest.json
 	git clean -qfX figures

@@ -62,3 +62,28 @@ def test_a_wrong_type_gets_the_hint(handouts, tmp_path):
     (tmp_path / ".otter").mkdir(exist_ok=True)
     text = check_outputs(execute(wrong))["predict_cached_tokens"]
     assert "Give a whole number of tokens" in text and "All test cases passed" not in text
+
+
+def test_the_course_copies_hold_no_solution_and_keep_a_learners_edits(tmp_path):
+    """`make lab` opens course/: the lessons with each answer cell emptied and no grading scaffolding; a lesson
+    that changed is copied again unless the learner edited the copy."""
+    from lab.tools.runner import all_notebooks
+    from lab.tools.workshop import build_course
+
+    lessons = all_notebooks()[:2]
+    assert build_course(tmp_path, lessons) == [tmp_path / p.name for p in lessons]
+    for lesson in lessons:
+        copy = nbformat.read(tmp_path / lesson.name, as_version=4)
+        sources = [c.source for c in copy.cells]
+        assert not any("# SOLUTION" in s or "BEGIN SOLUTION" in s for s in sources), lesson.name
+        assert not any(c.cell_type == "raw" for c in copy.cells), "otter's raw cells are out of the learner's way"
+        assert any(re.match(r"\w+ = \.\.\.", s.strip()) for s in sources), "an answer cell waits for the learner"
+        assert len(copy.cells) > 10, "the lesson itself is there, not only its exercises"
+    assert build_course(tmp_path, lessons) == [], "nothing changed: nothing rewritten"
+    edited = tmp_path / lessons[0].name
+    edited.write_text(edited.read_text().replace("predicted = ...", "predicted = 96"))
+    changed_lesson = tmp_path / "changed" / lessons[0].name
+    changed_lesson.parent.mkdir()
+    changed_lesson.write_text(lessons[0].read_text().replace("Quickstart", "Quick start"))
+    assert build_course(tmp_path, [changed_lesson]) == [], "the learner's edited copy is kept"
+    assert "predicted = 96" in edited.read_text()

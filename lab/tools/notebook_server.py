@@ -1,7 +1,7 @@
 """JupyterLab for the notebooks, started the way `make lab` starts it: its own free port (or LAB_PORT), a
 fresh token, a health wait, and a message that says what to do when it cannot start or no browser opens.
 
-    python -m lab.tools.notebook_server              # what `make lab` runs
+    python -m lab.tools.notebook_server              # what `make lab` runs: JupyterLab on course/
     with JupyterLab(root="notebooks").start() as jl:
         jl.url("00_quickstart.ipynb")          # http://127.0.0.1:PORT/lab/tree/00_quickstart.ipynb?token=...
 """
@@ -27,6 +27,7 @@ from lab.serving.processes import (
     free_port,
     port_in_use,
 )
+from lab.tools.workshop import COURSE_DIR, build_course
 
 
 def jupyter_executable() -> str:
@@ -115,12 +116,16 @@ class JupyterLab:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.tools.notebook_server", description="JupyterLab on notebooks/")
+    parser = argparse.ArgumentParser(prog="python -m lab.tools.notebook_server", description="JupyterLab on course/")
     parser.add_argument("--port", type=int, default=int(os.environ["LAB_PORT"]) if os.environ.get("LAB_PORT") else None)
     parser.add_argument("--no-browser", action="store_true", help="print the address instead of opening a browser")
     args = parser.parse_args(argv)
+    COURSE_DIR.mkdir(exist_ok=True)
     try:
-        lab = JupyterLab(port=args.port).start()
+        lab = JupyterLab(root=COURSE_DIR, port=args.port)  # a taken port is named before the copies are built
+        print(f"your copies of the lessons, the exercises without their solutions: {COURSE_DIR}")
+        build_course()
+        lab.start()
     except (OSError, ServerStartError) as error:
         print(f"JupyterLab could not start: {error}", file=sys.stderr)
         return 1

@@ -1,9 +1,13 @@
-"""Write the README's Results section from the latest results files (what `make run` just measured).
+"""Write the generated parts of README.md and docs/RESULTS.md from the latest results files (what `make run`
+just measured).
 
-    python -m lab.tools.readme_report            # rewrites the part of README.md between the results markers
+    python -m lab.tools.readme_report    # rewrites, between their markers, README.md's headline and summary
+                                         # and docs/RESULTS.md's Results section
 
-The numbers are gathered into a context (`results_context()`: plain values and pandas tables) and the prose
-is the Jinja2 template `templates/results.md.j2`, so a change of wording touches no code and no test.
+The numbers are gathered into one context (`results_context()`: plain values and pandas tables) and the prose
+is in Jinja2 templates (`templates/headline.md.j2`, `summary.md.j2`, `results.md.j2`), so a change of wording
+touches no code and no test. Every part is rendered and every marker found before either file is written, and
+each file is replaced atomically: a failure leaves both as they were.
 """
 
 from __future__ import annotations
@@ -18,18 +22,23 @@ from lab import PROJECT_ROOT
 from lab.core.model import describe_model
 from lab.experiments import article
 from lab.experiments.block_sizes import recommend_block_size
-from lab.experiments.results import hardware_line, load_latest
+from lab.experiments.results import hardware_line, load_latest, write_atomically
 from lab.tools.report_contexts import (
     audit_context,
     capacity_context,
     markdown_table,
+    number,
     routing_context,
     size_context,
     why_context,
 )
 
 README = PROJECT_ROOT / "README.md"
-START, END = "<!-- results:start -->", "<!-- results:end -->"
+RESULTS = PROJECT_ROOT / "docs" / "RESULTS.md"
+START, END = "<!-- results:start -->", "<!-- results:end -->"  # docs/RESULTS.md
+HEADLINE = ("<!-- headline:start -->", "<!-- headline:end -->")  # README.md: the one headline figure
+SUMMARY = ("<!-- summary:start -->", "<!-- summary:end -->")  # README.md: the headline results, a few lines
+FIGURES_FROM_RESULTS = "../figures"  # docs/RESULTS.md links the figures relative to docs/
 TEMPLATES = Path(__file__).with_name("templates")
 LABELS = {
     "mean_ttft_ms": "mean TTFT (ms)", "p50_ttft_ms": "p50 TTFT (ms)", "p99_ttft_ms": "p99 TTFT (ms)",
@@ -79,7 +88,20 @@ def claims_context() -> dict:
                            "basis": ", ".join(f"{b} {n}" for b, n in ledger[ledger.verdict == v].basis.value_counts().items()),
                            "which": ", ".join(f"`{n}`" for n in ledger.index[ledger.verdict == v])}
                           for v, meaning in article.VERDICTS.items()])
-    return {"total": len(ledger), "table": markdown_table(table)}
+    return {"total": len(ledger), "table": markdown_table(table),
+            "counts": {v: int((ledger.verdict == v).sum()) for v in article.VERDICTS}}
+
+
+def headline_context(offline: pd.DataFrame, online: pd.DataFrame) -> dict:
+    """Notebook 05's mean TTFT and throughput offline, caching off and on, beside the article's own pair; and
+    its mean TTFT online."""
+    def measured(table: pd.DataFrame, metric: str) -> dict:
+        row = table.set_index("metric").loc[metric]
+        return {"off": row["cache off"], "on": row["cache on"], "change": row["change_%"]}
+
+    return {"ttft": measured(offline, "mean_ttft_ms") | {"article": article.pair("mean_ttft_ms"),
+                                                           "article_change": article.change_percent("mean_ttft_ms")},
+            "rps": measured(offline, "requests_per_s"), "online_ttft": measured(online, "mean_ttft_ms")}
 
 
 def results_context() -> dict:
@@ -103,26 +125,55 @@ def results_context() -> dict:
             "online": online_context(online, online_meta["environment"], offline),
             "sweep_run_id": sweep_meta["run_id"], "block_sizes": recommend_block_size(sweep).to_dict(),
             "audit": audit_context(), **parts,
-            "claims": claims_context(),
-            "figures": [(alt, f"figures/{name}.png") for alt, name in figures]}
+            "claims": claims_context(), "headline": headline_context(offline, online),
+            "figures": [(alt, f"{FIGURES_FROM_RESULTS}/{name}.png") for alt, name in figures]}
 
 
-def results_section() -> str:
+def render(template: str, context: dict | None = None) -> str:
+    """One template rendered with the results context (read afresh unless given)."""
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                                      lstrip_blocks=True)
-    text = environment.get_template("results.md.j2").render(**results_context())
+    environment.filters["number"] = number
+    text = environment.get_template(template).render(**(context or results_context()))
     return re.sub(r"\n{3,}", "\n\n", text).strip()  # a section left out leaves one blank line, not several
 
 
-def update_readme() -> None:
-    text = README.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"README.md has no {START} ... {END} markers")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    README.write_text(f"{head}{START}\n{results_section()}\n{END}{tail}")
-    print(f"updated the Results section of {README}")
+def results_section() -> str:
+    """docs/RESULTS.md's generated Results section."""
+    return render("results.md.j2")
+
+
+def headline_section() -> str:
+    """README.md's headline: notebook 05's TTFT change beside the article's."""
+    return render("headline.md.j2")
+
+
+def summary_section() -> str:
+    """README.md's headline results: a few lines, each pointing to its full table in docs/RESULTS.md."""
+    return render("summary.md.j2")
+
+
+def between(text: str, markers: tuple[str, str], body: str, name: str) -> str:
+    """`text` with what lies between the two markers replaced by `body`; SystemExit when a marker is missing."""
+    start, end = markers
+    if start not in text or end not in text:
+        raise SystemExit(f"{name} has no {start} ... {end} markers")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
+def update_reports() -> None:
+    """Rewrite the generated parts of README.md and docs/RESULTS.md: all rendered and checked first, then each
+    file replaced atomically, so a failure (a missing results file, a missing marker) changes neither."""
+    context = results_context()
+    readme = between(README.read_text(), HEADLINE, render("headline.md.j2", context), README.name)
+    readme = between(readme, SUMMARY, render("summary.md.j2", context), README.name)
+    results = between(RESULTS.read_text(), (START, END), render("results.md.j2", context), "docs/RESULTS.md")
+    write_atomically(RESULTS, results, overwrite=True)
+    write_atomically(README, readme, overwrite=True)
+    print(f"updated the headline and summary of {README} and the Results section of {RESULTS}")
 
 
 if __name__ == "__main__":
-    update_readme()
+    update_reports()

@@ -3,6 +3,7 @@ otter-grader's `otter assign` into a student version (answer cells hold `...`; e
 with a hint) and a solution version.
 
     python -m lab.tools.workshop                     # what `make workshop` runs: workshop/student/, workshop/solutions/
+    build_course()                             # what `make lab` opens: course/, every lesson, no solutions
     exercises_only(path)                       # a notebook of just its exercises (they are self-contained)
     all_exercises()                            # every notebook's exercises in one notebook
 """
@@ -10,6 +11,8 @@ with a hint) and a solution version.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import shutil
 import subprocess
 import tempfile
@@ -77,6 +80,39 @@ def assign(master: Path | nbformat.NotebookNode, out_dir: Path, name: str | None
             shutil.copy(Path(tmp) / "dist" / version / name, target)
             written.append(target)
     return written[0], written[1]
+
+
+COURSE_DIR = PROJECT_ROOT / "course"
+GENERATED = ".generated.json"  # the hash of each copy as written, to tell a learner's edits from a stale copy
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build_course(out: Path = COURSE_DIR, notebooks: list[Path] | None = None) -> list[Path]:
+    """The learner's copies of the lessons: each exercise's answer cell holds `...`, its check reads
+    `grader.check(...)`, and no solution is inside. A copy is (re)written when it is missing, or when its lesson
+    changed and the learner has not edited the copy; an edited copy is kept, with a note. Returns what it wrote."""
+    out.mkdir(parents=True, exist_ok=True)
+    record_path = out / GENERATED
+    record = json.loads(record_path.read_text()) if record_path.exists() else {}
+    written = []
+    for notebook in notebooks or all_notebooks():
+        target, source_digest = out / notebook.name, _digest(notebook)
+        entry = record.get(notebook.name, {})
+        if target.exists() and entry.get("source") == source_digest:
+            continue
+        if target.exists() and entry.get("copy") != _digest(target):
+            print(f"kept your edited {target.name}; its lesson changed since: delete the copy to get the new one")
+            continue
+        with tempfile.TemporaryDirectory(prefix="course-") as tmp:
+            student = assign(notebook, Path(tmp))[0] if has_exercises(notebook) else notebook
+            shutil.copy(student, target)
+        record[notebook.name] = {"source": source_digest, "copy": _digest(target)}
+        written.append(target)
+    record_path.write_text(json.dumps(record, indent=1))
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
