@@ -42,9 +42,10 @@ run: setup
 	@# a full run becomes the canonical one (data/reference/results/) and rewrites the README's Results section
 	@if [ "$(PROFILE)" = full ]; then $(MAKE) --no-print-directory promote && $(BIN)/python -m lab.tools.readme_report; fi
 
-# The newest run of each result name becomes the committed one the README cites
+# The latest full run of each notebook becomes what the repository shows: its results (data/reference/results/),
+# the docs' figures (figures/) and the executed lesson (docs/lessons/), each recording the run that made it
 promote: setup
-	$(BIN)/python -m lab.experiments.results --promote
+	$(BIN)/python -m lab.tools.promote
 
 # Everything (ruff; unit, parity, notebooks via nbval, browser, workshop), two test files at a time (one per
 # core), with line coverage of lab/ in the pytest processes. `make test-fast`: what needs no engine or server.

@@ -84,3 +84,14 @@ def test_without_a_run_here_the_canonical_run_is_read(results_dir):
     assert meta["name"] == "12_capacity-gain" and len(df) > 0
     with pytest.raises(FileNotFoundError, match="no results named 'nothing'"):
         load_latest_or_canonical("nothing")
+
+
+def test_promote_can_take_only_the_results_of_named_runs(results_dir, tmp_path_factory, monkeypatch):
+    canonical = tmp_path_factory.mktemp("canonical")
+    monkeypatch.setenv("LAB_RUN_ID", "05_demo-full-1")
+    save_results(pd.DataFrame({"x": [1]}), "demo", environment())
+    monkeypatch.setenv("LAB_RUN_ID", "05_demo-quick-2")
+    save_results(pd.DataFrame({"x": [2]}), "demo", environment())
+    promote(results_dir, canonical, runs={"05_demo-full-1"})
+    frame, meta = load_latest("demo", canonical)
+    assert frame["x"].tolist() == [1] and meta["environment"]["run"] == "05_demo-full-1"

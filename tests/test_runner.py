@@ -21,6 +21,21 @@ def test_execute_injects_parameters_and_reports_success(tmp_path):
     assert (tmp_path / "out" / "01_ok.ipynb").is_file()
 
 
+def test_each_run_is_named_and_the_executed_notebook_records_it(tmp_path, monkeypatch):
+    """The kernel sees the run's name (its results and figures record it); the executed copy says which run it
+    was and whether every cell ran, which is what `make promote` reads."""
+    monkeypatch.setenv("LAB_PROFILE", "full")
+    good = make_notebook(tmp_path / "03_named.ipynb", "import os\nprint(os.environ['LAB_RUN_ID'])")
+    bad = make_notebook(tmp_path / "04_fails.ipynb", "raise ValueError('no')")
+    assert runner.execute(good, {}, tmp_path / "out").ok and not runner.execute(bad, {}, tmp_path / "out").ok
+    executed = nbformat.read(tmp_path / "out" / "03_named.ipynb", as_version=4)
+    run = executed.metadata["lab"]["run"]
+    assert run.startswith("03_named-full-") and executed.metadata["lab"]["ok"] is True
+    assert run in executed.cells[-1].outputs[0]["text"], "the kernel saw the same name"
+    assert nbformat.read(tmp_path / "out" / "04_fails.ipynb", as_version=4).metadata["lab"]["ok"] is False
+    assert "LAB_RUN_ID" not in __import__("os").environ, "the name belongs to that run only"
+
+
 def test_execute_reports_a_failing_cell(tmp_path):
     nb = make_notebook(tmp_path / "02_bad.ipynb", "assert answer == 42, 'wrong answer'")
     outcome = runner.execute(nb, {}, tmp_path / "out")

@@ -11,13 +11,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lab import PROJECT_ROOT
+from lab.experiments.provenance import stamp_png
 
 CHROME_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 
 
+COMMITTED_FIGURES_DIR = PROJECT_ROOT / "figures"  # the canonical run's figures the docs show: `make promote` writes them
+
+
 def figures_dir() -> Path:
-    """Where figures go: figures/ in the project, or LAB_FIGURES_DIR (the tests point it elsewhere)."""
-    path = Path(os.environ.get("LAB_FIGURES_DIR", PROJECT_ROOT / "figures"))
+    """Where a run's figures go: runs/figures/ in the project, or LAB_FIGURES_DIR (the tests point it elsewhere).
+    Never figures/ itself: only `make promote` writes there, from the canonical run."""
+    path = Path(os.environ.get("LAB_FIGURES_DIR", PROJECT_ROOT / "runs" / "figures"))
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -51,6 +56,7 @@ def save_figure(fig, name: str, *, png: bool = True) -> list[Path]:
             os.environ.setdefault("BROWSER_PATH", find_chrome())  # kaleido's browser lookup reads it
             with _quiet_browser_pipe():
                 fig.write_image(out / f"{name}.png", width=900, height=500, scale=1)
+            stamp_png(out / f"{name}.png", figure=name)  # the run that drew it, read back by `make promote`
             written.append(out / f"{name}.png")
     return written
 

@@ -1,9 +1,9 @@
 """Results files with their provenance: the machine and versions beside every table, written atomically,
 never over an earlier run.
 
-A run writes under data/results/ (ignored by git). One run per result name, the one the README cites, is
-kept in data/reference/results/ (committed): `python -m lab.experiments.results --promote` (`make promote`)
-copies the newest of each name there, replacing the one it held.
+A run writes under data/results/ (ignored by git). One run per result name, the one docs/RESULTS.md cites, is
+kept in data/reference/results/ (committed): `promote` (run by `make promote`, lab.tools.promote) copies the
+newest of each name there, replacing the one it held.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from lab import PROJECT_ROOT
+from lab.experiments.provenance import current_run
 from lab.serving.backend import hardware
 
 CANONICAL_DIR = PROJECT_ROOT / "data" / "reference" / "results"
@@ -32,7 +33,8 @@ def results_dir() -> Path:
 
 def environment(**details: Any) -> dict[str, Any]:
     """Hardware and versions for a results file; `details` adds run settings (block size, preset, ...)."""
-    return hardware() | {"profile": os.environ.get("LAB_PROFILE", "interactive"), **details}  # profile: lab.tools.runner
+    run = {"run": current_run()} if current_run() else {}  # profile and run: set by lab.tools.runner
+    return hardware() | {"profile": os.environ.get("LAB_PROFILE", "interactive"), **run, **details}
 
 
 def hardware_line(env: dict[str, Any]) -> str:
@@ -41,12 +43,14 @@ def hardware_line(env: dict[str, Any]) -> str:
 
 def write_atomically(path: Path, text: str, *, overwrite: bool = False) -> None:
     """Write via a temporary file beside `path`, so readers never see half a file. Without `overwrite`,
-    an existing file is never replaced (FileExistsError)."""
+    an existing file is never replaced (FileExistsError); with it, the file keeps its permissions."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         if overwrite:
+            if path.exists():  # keep the replaced file's permissions (mkstemp creates 0600)
+                os.chmod(tmp, path.stat().st_mode & 0o777)
             os.replace(tmp, path)
         else:
             os.link(tmp, path)  # fails if the file exists: an earlier run is never overwritten
@@ -106,13 +110,16 @@ def load_latest_or_canonical(name: str) -> tuple[pd.DataFrame, dict[str, Any]]:
                                 "notebook or `make run` first") from error
 
 
-def promote(source: Path | None = None, canonical: Path = CANONICAL_DIR) -> list[Path]:
+def promote(source: Path | None = None, canonical: Path = CANONICAL_DIR, runs: set[str] | None = None) -> list[Path]:
     """Copy the newest run of each result name in `source` (default results_dir()) into `canonical`, removing
-    the run of that name it held; returns the CSVs copied."""
+    the run of that name it held; with `runs`, only results those runs wrote (lab.tools.runner names them).
+    Returns the CSVs copied."""
     source = source or results_dir()
     newest: dict[str, Path] = {}
     for csv in sorted(source.glob("*.csv"), key=_run_order):
-        newest[json.loads(csv.with_suffix(".json").read_text())["name"]] = csv
+        meta = json.loads(csv.with_suffix(".json").read_text())
+        if runs is None or meta["environment"].get("run") in runs:
+            newest[meta["name"]] = csv
     canonical.mkdir(parents=True, exist_ok=True)
     for name, csv in newest.items():
         for old in canonical.glob(f"{name}-*.csv"):
@@ -122,12 +129,3 @@ def promote(source: Path | None = None, canonical: Path = CANONICAL_DIR) -> list
         for suffix in (".csv", ".json"):
             write_atomically(canonical / csv.with_suffix(suffix).name, csv.with_suffix(suffix).read_text())
     return [canonical / csv.name for csv in newest.values()]
-
-
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:] != ["--promote"]:
-        raise SystemExit("usage: python -m lab.experiments.results --promote")
-    for path in promote():
-        print(f"canonical: {path.relative_to(PROJECT_ROOT)}")

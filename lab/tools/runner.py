@@ -55,10 +55,25 @@ def resolve_notebooks(names: list[str]) -> list[Path]:
     return paths
 
 
+def run_name(notebook: Path, profile: str) -> str:
+    """The name of one notebook run, recorded by its results, figures and executed notebook."""
+    return f"{notebook.stem}-{profile}-{time.strftime('%Y%m%dT%H%M%S')}"
+
+
+def record_run(executed: Path, run: str, ok: bool) -> None:
+    """The executed notebook says which run it is, and whether every cell ran (`make promote` reads both)."""
+    import nbformat
+
+    nb = nbformat.read(executed, as_version=4)
+    nb.metadata["lab"] = {"run": run, "profile": os.environ.get("LAB_PROFILE", "interactive"), "ok": ok}
+    nbformat.write(nb, executed)
+
+
 def execute(notebook: Path, parameters: dict, out_dir: Path) -> Outcome:
     import papermill
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    run = os.environ["LAB_RUN_ID"] = run_name(notebook, os.environ.get("LAB_PROFILE", "interactive"))
     start = time.perf_counter()
     try:
         papermill.execute_notebook(
@@ -69,8 +84,14 @@ def execute(notebook: Path, parameters: dict, out_dir: Path) -> Outcome:
             progress_bar=True,
         )
     except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
-        return Outcome(notebook.stem, time.perf_counter() - start, False, str(exc).strip().splitlines()[-1][:200])
-    return Outcome(notebook.stem, time.perf_counter() - start, True)
+        outcome = Outcome(notebook.stem, time.perf_counter() - start, False, str(exc).strip().splitlines()[-1][:200])
+    else:
+        outcome = Outcome(notebook.stem, time.perf_counter() - start, True)
+    finally:
+        del os.environ["LAB_RUN_ID"]
+    if (out_dir / notebook.name).exists():
+        record_run(out_dir / notebook.name, run, outcome.ok)
+    return outcome
 
 
 def summary(outcomes: list[Outcome]) -> str:

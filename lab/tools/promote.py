@@ -1,0 +1,109 @@
+"""`make promote`: the canonical run becomes what the repository shows, each piece tied to the run that made it.
+
+    python -m lab.tools.promote [--profile full]
+
+For every notebook whose latest run of the profile (runs/<profile>/NAME.ipynb) finished without an error:
+- its results files from that run go to data/reference/results/ (replacing the ones of the same name);
+- its figures the docs show (the PNGs committed in figures/) are copied from that run, which each PNG records;
+- the executed notebook goes to docs/lessons/, readable on a code host without installing anything: plotly
+  figures become PNG images, progress-bar widgets their text, and logs on stderr are left out.
+A notebook whose latest run failed keeps what it had.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+
+from lab import PROJECT_ROOT
+from lab.experiments.plots import COMMITTED_FIGURES_DIR, figures_dir
+from lab.experiments.provenance import png_text
+from lab.experiments.results import CANONICAL_DIR, promote, results_dir
+from lab.tools.runner import RUNS_DIR
+
+LESSONS_DIR = PROJECT_ROOT / "docs" / "lessons"
+WIDGET_TYPES = ("application/vnd.jupyter.widget-view+json", "application/vnd.jupyter.widget-state+json")
+PLOTLY_TYPE = "application/vnd.plotly.v1+json"
+
+
+def finished_runs(profile: str = "full") -> dict[str, str]:
+    """notebook -> run name, for each executed notebook of `profile` that ran every cell without an error."""
+    runs = {}
+    for executed in sorted((RUNS_DIR / profile).glob("[0-9][0-9]_*.ipynb")):
+        meta = nbformat.read(executed, as_version=4).metadata.get("lab", {})
+        if meta.get("ok") and meta.get("profile") == profile:
+            runs[executed.stem] = meta["run"]
+    return runs
+
+
+def _plotly_png(figure_json: dict) -> str:
+    import plotly.io
+
+    figure = plotly.io.from_json(json.dumps(figure_json))
+    return base64.b64encode(figure.to_image(format="png", width=900, height=500)).decode()
+
+
+def readable_output(output: dict) -> dict | None:
+    """One output as a code host shows it: no widget state, a plotly figure as a PNG, no stderr logs."""
+    if output.get("output_type") == "stream":
+        return output if output.get("name") == "stdout" else None
+    data = output.get("data")
+    if data is None:
+        return output
+    if PLOTLY_TYPE in data:
+        output["data"] = {"image/png": _plotly_png(data[PLOTLY_TYPE]), "text/plain": "<plotly figure>"}
+        return output
+    for kind in WIDGET_TYPES:
+        data.pop(kind, None)
+    if "<script" in data.get("text/html", ""):
+        data.pop("text/html")
+    return output if data else None
+
+
+def readable_lesson(executed: Path, target: Path) -> Path:
+    nb = nbformat.read(executed, as_version=4)
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [out for out in (readable_output(o) for o in cell.outputs) if out is not None]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, target)
+    return target
+
+
+def promote_figures(runs: dict[str, str], source: Path, committed: Path = COMMITTED_FIGURES_DIR) -> list[Path]:
+    """Replace each committed figure by the same figure from its notebook's finished run, if that run drew it."""
+    copied = []
+    for shown in sorted(committed.glob("*.png")):
+        candidate = source / shown.name
+        notebook = shown.name.split("-")[0]
+        if candidate.exists() and png_text(candidate).get("lab:run") == runs.get(notebook):
+            shutil.copy(candidate, shown)
+            copied.append(shown)
+    return copied
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.tools.promote", description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", default="full", help="the profile whose runs become canonical (default: full)")
+    profile = parser.parse_args(argv).profile
+    runs = finished_runs(profile)
+    if not runs:
+        raise SystemExit(f"no finished run under {RUNS_DIR / profile}: run `make run` (profile {profile}) first")
+    for path in promote(results_dir(), CANONICAL_DIR, runs=set(runs.values())):
+        print(f"canonical: {path.relative_to(PROJECT_ROOT)}")
+    for path in promote_figures(runs, figures_dir()):
+        print(f"figure: {path.relative_to(PROJECT_ROOT)}")
+    for notebook in runs:
+        lesson = readable_lesson(RUNS_DIR / profile / f"{notebook}.ipynb", LESSONS_DIR / f"{notebook}.ipynb")
+        print(f"lesson: {lesson.relative_to(PROJECT_ROOT)} ({lesson.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

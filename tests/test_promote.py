@@ -1,0 +1,59 @@
+"""`make promote` (lab.tools.promote): only a finished run of the profile becomes canonical, each figure is taken
+from its notebook's finished run and no other, and an executed notebook becomes readable without installing."""
+
+import base64
+
+import nbformat
+import plotly.graph_objects as go
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+from lab.experiments.plots import find_chrome, save_figure
+from lab.tools import promote
+
+
+def executed(path, run, ok, profile="full"):
+    nb = new_notebook(metadata={"lab": {"run": run, "profile": profile, "ok": ok}})
+    nbformat.write(nb, path)
+
+
+def test_only_finished_runs_of_the_profile_count(tmp_path, monkeypatch):
+    monkeypatch.setattr(promote, "RUNS_DIR", tmp_path)
+    (tmp_path / "full").mkdir()
+    executed(tmp_path / "full" / "03_ok.ipynb", "03_ok-full-1", True)
+    executed(tmp_path / "full" / "04_failed.ipynb", "04_failed-full-1", False)
+    executed(tmp_path / "full" / "05_quick.ipynb", "05_quick-quick-1", True, profile="quick")
+    assert promote.finished_runs("full") == {"03_ok": "03_ok-full-1"}
+
+
+@pytest.mark.skipif(find_chrome() is None, reason="kaleido needs a Chrome for PNGs")
+def test_a_committed_figure_is_replaced_only_by_its_notebooks_finished_run(tmp_path, monkeypatch):
+    committed, drawn = tmp_path / "figures", tmp_path / "runs"
+    committed.mkdir()
+    monkeypatch.setenv("LAB_FIGURES_DIR", str(drawn))
+    for name, run in (("05_a-x", "05_a-full-1"), ("06_b-y", "06_b-quick-9")):
+        monkeypatch.setenv("LAB_RUN_ID", run)
+        save_figure(go.Figure(go.Bar(y=[1])), name)
+        (committed / f"{name}.png").write_bytes(b"old")
+    copied = promote.promote_figures({"05_a": "05_a-full-1", "06_b": "06_b-full-2"}, drawn, committed)
+    assert [p.name for p in copied] == ["05_a-x.png"]
+    assert (committed / "06_b-y.png").read_bytes() == b"old", "a quick run's figure never replaces the canonical one"
+
+
+def test_an_executed_notebook_becomes_readable_on_a_code_host(tmp_path, monkeypatch):
+    monkeypatch.setattr(promote, "_plotly_png", lambda figure: base64.b64encode(b"png").decode())
+    cell = new_code_cell("x")
+    cell.outputs = [
+        new_output("stream", name="stderr", text="NUMA binding warning"),
+        new_output("stream", name="stdout", text="all checks passed"),
+        new_output("display_data", data={promote.PLOTLY_TYPE: {"data": []}, "text/html": "<script>big</script>"}),
+        new_output("display_data", data={promote.WIDGET_TYPES[0]: {"model_id": "m"}, "text/plain": "50%|##"}),
+        new_output("display_data", data={promote.WIDGET_TYPES[0]: {"model_id": "n"}}),
+    ]
+    nb = new_notebook(cells=[cell], metadata={"widgets": {"state": "large"}})
+    nbformat.write(nb, tmp_path / "run.ipynb")
+    lesson = nbformat.read(promote.readable_lesson(tmp_path / "run.ipynb", tmp_path / "lesson.ipynb"), as_version=4)
+    outputs = lesson.cells[0].outputs
+    assert "widgets" not in lesson.metadata
+    assert [o.get("text") or sorted(o["data"]) for o in outputs] == [
+        "all checks passed", ["image/png", "text/plain"], ["text/plain"]]
