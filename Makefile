@@ -39,7 +39,7 @@ model: $(STAMP)
 
 run: setup
 	$(BIN)/python -m lab.tools.runner --profile $(PROFILE)
-	@# a full run becomes the canonical one (data/reference/results/) and rewrites the README's Results section
+	@# a full run becomes the canonical one (make promote) and rewrites the generated parts of README.md and docs/RESULTS.md
 	@if [ "$(PROFILE)" = full ]; then $(MAKE) --no-print-directory promote && $(BIN)/python -m lab.tools.readme_report; fi
 
 # The latest full run of each notebook becomes what the repository shows: its results (data/reference/results/),

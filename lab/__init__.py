@@ -6,7 +6,7 @@ The package is in layers, each importing only those below it (tests/test_archite
     lab.serving      the real vLLM: back-end, settings, the adapter for vLLM internals, engine, server, fleet
     lab.experiments  workloads, measurement, capacity, benchmarks, the fleet simulator, results, figures
     lab.audit        `python -m lab.audit`: a user's own prompts, replayed, explained, projected, reported
-    lab.tools        repository commands: notebook runner, README report, JupyterLab launcher, workshop
+    lab.tools        repository commands: notebook runner, the generated reports, JupyterLab launcher, workshop
 
 Importing changes nothing in the process; a notebook's first cell calls `lab.setup()`.
 """

@@ -1,6 +1,7 @@
-"""The README's Results section: its numbers come from the results files, its tables are those numbers, and it
-is written only between its markers. The tests read numbers and tables, not sentences: the wording lives in
-lab/tools/templates/results.md.j2 and may change freely."""
+"""The generated reports: docs/RESULTS.md's Results section and the README's headline and headline results. Their
+numbers come from the results files, their tables are those numbers, and each is written only between its
+markers. The tests read numbers and tables, not sentences: the wording lives in lab/tools/templates/*.md.j2 and
+may change freely."""
 
 import re
 
@@ -11,8 +12,16 @@ import lab.tools.readme_report
 from lab.core.model import ensure_model
 from lab.experiments import article
 from lab.experiments.block_sizes import recommend_block_size
-from lab.experiments.results import environment, save_results
-from lab.tools.readme_report import results_context, results_section, update_readme
+from lab.experiments.results import CANONICAL_DIR, environment, save_results
+from lab.tools.readme_report import (
+    HEADLINE,
+    SUMMARY,
+    headline_section,
+    results_context,
+    results_section,
+    summary_section,
+    update_reports,
+)
 
 
 def tables(text: str) -> list[pd.DataFrame]:
@@ -70,13 +79,84 @@ def test_the_numbers_the_prose_uses(results):
         assert number in text
 
 
-def test_readme_is_rewritten_only_between_the_markers(results, tmp_path, monkeypatch):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{lab.tools.readme_report.START}\nold\n{lab.tools.readme_report.END}\noutro\n")
+def between(text: str, markers: tuple[str, str]) -> str:
+    return text.split(markers[0], 1)[1].split(markers[1], 1)[0].strip()
+
+
+def test_the_headline_is_notebook_05s_ttft_change_beside_the_articles(results):
+    text = headline_section()
+    for piece in ("200 → 100 ms (-50%)", "2,350 → 1,270 ms (-46%)", "05_cache_on_vs_off-offline-", "0.500"):
+        assert piece in text, piece
+    summary = summary_section()
+    for piece in ("10 → 15 requests/s, x1.50", "x2.00", "x1.82", "200 → 100 ms", "**64**"):
+        assert piece in summary, piece
+    counts = article.claims().verdict.value_counts()
+    assert all(f"{counts.get(v, 0)} {v}" in summary for v in article.VERDICTS), "the ledger's verdicts, counted"
+
+
+def report_files(tmp_path, monkeypatch) -> tuple:
+    readme, results = tmp_path / "README.md", tmp_path / "RESULTS.md"
+    readme.write_text(f"intro\n{HEADLINE[0]}\nold\n{HEADLINE[1]}\nmiddle\n{SUMMARY[0]}\nold\n{SUMMARY[1]}\noutro\n")
+    results.write_text(f"head\n{lab.tools.readme_report.START}\nold\n{lab.tools.readme_report.END}\ntail\n")
     monkeypatch.setattr(lab.tools.readme_report, "README", readme)
-    update_readme()
+    monkeypatch.setattr(lab.tools.readme_report, "RESULTS", results)
+    return readme, results
+
+
+def test_both_files_are_rewritten_only_between_their_markers(results, tmp_path, monkeypatch):
+    readme, results_md = report_files(tmp_path, monkeypatch)
+    results_md.chmod(0o644)
+    update_reports()
     text = readme.read_text()
-    assert text.startswith("intro\n") and text.endswith("outro\n") and "old" not in text and "| mean TTFT" in text
+    assert text.startswith("intro\n") and "\nmiddle\n" in text and text.endswith("outro\n") and "old" not in text
+    assert between(text, HEADLINE) == headline_section() and between(text, SUMMARY) == summary_section()
+    assert "| mean TTFT" not in text, "the tables live in docs/RESULTS.md"
+    text = results_md.read_text()
+    assert text.startswith("head\n") and text.endswith("tail\n") and "old" not in text and "| mean TTFT" in text
+    assert results_md.stat().st_mode & 0o777 == 0o644, "an atomic rewrite keeps the file's permissions"
+
+
+@pytest.mark.parametrize("broken", ["README", "RESULTS"])
+def test_a_missing_marker_leaves_both_files_as_they_were(results, tmp_path, monkeypatch, broken):
+    files = dict(zip(["README", "RESULTS"], report_files(tmp_path, monkeypatch)))
+    files[broken].write_text(files[broken].read_text().replace(":end -->", " -->"))
+    before = {name: path.read_text() for name, path in files.items()}
+    with pytest.raises(SystemExit, match="markers"):
+        update_reports()
+    assert {name: path.read_text() for name, path in files.items()} == before
+    assert not [p for p in tmp_path.iterdir() if p.suffix == ".tmp"], "no temporary file left"
+
+
+def test_the_figures_are_linked_from_docs(results):
+    links = re.findall(r"\]\(([^)]+\.png)\)", results_section())
+    assert links and all(link.startswith("../figures/") for link in links), links
+
+
+def test_the_committed_reports_are_what_the_canonical_results_render(monkeypatch):
+    """README.md and docs/RESULTS.md hold what `LAB_RESULTS_DIR=data/reference/results python -m
+    lab.tools.readme_report` writes: a hand edit between the markers, or a template or canonical result changed
+    without regenerating, fails here."""
+    ensure_model("tiny")
+    monkeypatch.setenv("LAB_RESULTS_DIR", str(CANONICAL_DIR))
+    root = lab.tools.readme_report.PROJECT_ROOT
+    readme, results_md = (root / "README.md").read_text(), (root / "docs" / "RESULTS.md").read_text()
+    context = results_context()
+    assert between(readme, HEADLINE) == lab.tools.readme_report.render("headline.md.j2", context)
+    assert between(readme, SUMMARY) == lab.tools.readme_report.render("summary.md.j2", context)
+    markers = (lab.tools.readme_report.START, lab.tools.readme_report.END)
+    assert between(results_md, markers) == lab.tools.readme_report.render("results.md.j2", context)
+
+
+def test_the_readme_is_a_front_door():
+    """Short; names the test command and the main job; its course map lists every notebook on disk."""
+    root = lab.tools.readme_report.PROJECT_ROOT
+    readme = (root / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    assert "`make test` is the test command" in readme and "`make run` the main job" in readme
+    mapped = set(re.findall(r"^\| `(\d\d_\w+)` \|", readme, flags=re.M))
+    assert {p.stem for p in (root / "notebooks").glob("[0-9][0-9]_*.ipynb")} <= mapped
+    for doc in ("docs/RESULTS.md", "docs/TESTING.md", "WORKSHOP.md", "docs/ARCHITECTURE.md"):
+        assert f"]({doc}" in readme and (root / doc).is_file(), doc
 
 
 def test_the_capacity_section_comes_from_the_capacity_results(results):
@@ -100,7 +180,7 @@ def test_the_capacity_section_comes_from_the_capacity_results(results):
     curve, cap = tables(results_section())[2:4]
     assert row(curve, "0.9") == ["0.8", "5", "3", "-60%"]
     assert row(cap, "custom") == ["300", "4-16", ">= 16", "4.00x", "0.7", "3.33"], "met at 4, missed at 16; on never missed"
-    assert "figures/12_capacity-gain_vs_hit_rate.png" in results_section()
+    assert "../figures/12_capacity-gain_vs_hit_rate.png" in results_section()
 
 
 def test_the_verdict_table_counts_the_ledger(results):
@@ -159,7 +239,7 @@ def test_the_routing_section_comes_from_the_routing_results(results):
     assert row(policies, "cache_aware") == ["0.82", "526", "1,513", "13/11", "1.08"]
     assert row(agreement, "skewed") == ["round_robin", "0.6", "0.58", "-0.02", "800", "200"]
     assert row(faults, "2") == ["24", "24", "3", "6", "2,016", "1,000", "200", "0.3"]
-    assert "figures/10_routing-hit_rate.png" in text and "33 ms + 58 ms per 1,000 uncached tokens" in text
+    assert "../figures/10_routing-hit_rate.png" in text and "33 ms + 58 ms per 1,000 uncached tokens" in text
     assert "40% of the requests" in text
 
 
@@ -217,4 +297,4 @@ def test_the_model_size_section_comes_from_notebook_13s_results(results):
     assert row(sizes, "SmolLM2-135M-Instruct") == ["134,515,008", "measured here", "0.703", "3.37", "3.1", "0.92", "-0.59"]
     assert row(sizes, "the article") == ["6,740,000,000", "the article's figures", "", "", "1.82", "", "-0.46"]
     assert "**Model size** (`13_model_size`, run `13_model_size-" in text
-    assert "figures/13_model_size-gain.png" in text
+    assert "../figures/13_model_size-gain.png" in text

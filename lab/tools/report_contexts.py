@@ -1,6 +1,6 @@
-"""What the later notebooks contribute to the README's Results section: one context per notebook (10 routing, 11
+"""What the later notebooks contribute to docs/RESULTS.md's Results section: one context per notebook (10 routing, 11
 why it missed, 12 capacity, 13 model size, 15 the audit), each read from that notebook's latest results files and
-None when it has not run; and how the README writes numbers and tables (`lab.tools.readme_report` renders them)."""
+None when it has not run; and how the reports write numbers and tables (`lab.tools.readme_report` renders them)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from lab.experiments.results import hardware_line, load_latest
 
 
 def number(value) -> str:
-    """How the README writes a number: thousands with commas, small values to three significant digits."""
+    """How the reports write a number: thousands with commas, small values to three significant digits."""
     if isinstance(value, str):
         return value
     if pd.isna(value):
