@@ -1,8 +1,10 @@
 """The claims ledger (data/reference/article_claims.csv): every claim has a verdict, a basis and a reason; every pointer
 to its evidence resolves to a notebook section, a committed results file, a test, a file of this repository or a
-definition in the installed vLLM; and no verdict claims more than its evidence can carry."""
+definition in the installed vLLM; no verdict claims more than its evidence can carry; a figure the verdict rests on
+is the lab's number within the tolerance the row states; and every cited PR, issue, CVE or paper is a link."""
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -15,6 +17,9 @@ from lab.experiments.results import CANONICAL_DIR
 CLAIMS = article.claims()
 RUN_POINTER = re.compile(r"^(notebooks/|results:|tests/)")
 CITATION = re.compile(r"\b(19|20)\d\d\b|#\d+")  # a year or a PR / issue number
+LINK = re.compile(r"\[(?P<text>[^\]]+)\]\((?P<url>https?://[^)\s]+)\)")  # [text](https://...)
+CITED = re.compile(r"#\d{3,}|\barXiv:\d|\bCVE-\d{4}|\bet al\.")  # a PR / issue, an arXiv paper, a CVE, a paper
+NUMBER_DECIDES = ("reproduced", "calibrated")  # verdicts that a figure, when the article gives one, must agree with
 
 
 def notebook_headings(path) -> set[str]:
@@ -50,7 +55,7 @@ def resolves(pointer: str) -> bool:
 def test_every_claim_has_a_verdict_a_basis_and_a_reason():
     assert set(CLAIMS.verdict) <= set(article.VERDICTS), set(CLAIMS.verdict) - set(article.VERDICTS)
     assert set(CLAIMS.basis) <= set(article.BASES), set(CLAIMS.basis) - set(article.BASES)
-    assert CLAIMS.index.is_unique and len(CLAIMS) >= 55
+    assert CLAIMS.index.is_unique and len(CLAIMS) >= 70
     no_reason = CLAIMS.index[CLAIMS.reason.str.strip().str.len() < 20].tolist()
     assert not no_reason, f"{no_reason}: say in a line why the verdict is what it is"
     assert not CLAIMS.reason.str.contains("\n").any(), "one line each"
@@ -92,7 +97,7 @@ def test_a_broken_pointer_is_caught():
     assert not resolves("vllm:v1/core/kv_cache_utils.py::NoSuchBlock")
     assert not resolves("vllm:v1/core/no_such_file.py::KVCacheBlock")
     assert not resolves("lab/no_such_module.py")
-    assert resolves("notebooks/00_quickstart.ipynb#Send A, then B")
+    assert resolves("notebooks/00_quickstart.ipynb#vLLM's own API: one engine, two timed requests")
     assert resolves("vllm:v1/core/kv_cache_utils.py::KVCacheBlock")
     assert resolves("lab/experiments/article.py")
 
@@ -103,3 +108,79 @@ def test_calibrated_evidence_is_what_the_generator_says_it_is():
     assert "article" in customer_service.__doc__, "the generator says what it was built toward"
     assert all(CLAIMS.loc[n, "verdict"] != "reproduced" for n in CLAIMS.index
                if set(article.evidence(n)) and set(article.evidence(n)) <= set(article.CALIBRATED_EVIDENCE))
+
+
+def unlinked_citations(text: str) -> list[str]:
+    """The citations in `text` outside a markdown link, and the links whose PR / issue number or arXiv id is not
+    the one their address names."""
+    wrong = []
+    for link in LINK.finditer(text):
+        number, paper = re.search(r"#(\d+)", link["text"]), re.search(r"arXiv:(\d{4}\.\d{4,5})", link["text"])
+        url = link["url"].rstrip("/")
+        if (number and not url.endswith("/" + number[1])) or (paper and not url.endswith("/" + paper[1])):
+            wrong.append(link["text"])
+    return wrong + CITED.findall(LINK.sub("", text))
+
+
+@pytest.mark.parametrize("name", CLAIMS.index)
+def test_every_cited_pr_issue_cve_or_paper_is_a_link(name):
+    unlinked = unlinked_citations(CLAIMS.loc[name, "context"] + " " + CLAIMS.loc[name, "reason"])
+    assert not unlinked, f"{name}: {unlinked}: cite as [owner/repo#N](https://github.com/...) or [Author et al., year](url)"
+
+
+def test_an_unlinked_or_mislinked_citation_is_caught():
+    assert unlinked_citations("added in PR #2762 (v0.4.0)") == ["#2762"]
+    assert unlinked_citations("GPTQ (Frantar et al., 2023)") == ["et al."]
+    assert unlinked_citations("see arXiv:2312.07104") == ["arXiv:2"]
+    assert unlinked_citations("[vllm-project/vllm#2762](https://github.com/vllm-project/vllm/pull/2614)") == \
+        ["vllm-project/vllm#2762"]
+    assert unlinked_citations("[Zheng et al., arXiv:2312.07104](https://arxiv.org/abs/2309.06180)") != []
+    assert not unlinked_citations("[vllm-project/vllm#2762](https://github.com/vllm-project/vllm/pull/2762) and "
+                                  "[Zheng et al., arXiv:2312.07104, 2023](https://arxiv.org/abs/2312.07104)")
+
+
+@pytest.mark.parametrize("name", CLAIMS.index[CLAIMS.measured != ""])
+def test_a_measured_number_is_read_from_a_results_file_the_row_points_to(name):
+    row, locator = CLAIMS.loc[name], article.MEASURED.match(CLAIMS.loc[name, "measured"])
+    assert locator, f"{name}: `measured` is results:NAME[column=value&...]/column[*factor]"
+    assert f"results:{locator['name']}" in article.evidence(name), f"{name}: point at the results the number is read from"
+    assert article.figure_range(name) is not None and row.unit, f"{name}: a lab number stands beside a figure, in its unit"
+    assert math.isfinite(article.measured(name))
+
+
+NUMERIC = [n for n in CLAIMS.index if article.figure_range(n) is not None
+           and (CLAIMS.loc[n, "verdict"] in NUMBER_DECIDES or CLAIMS.loc[n, "tolerance"])]
+
+
+@pytest.mark.parametrize("name", NUMERIC)
+def test_a_figure_the_verdict_rests_on_is_the_labs_number_within_its_tolerance(name):
+    """A reproduced (or calibrated) claim that carries a number must meet it: the lab's measured number, read from
+    the canonical results, within the tolerance the row states. A corrected one with a tolerance must miss it."""
+    row = CLAIMS.loc[name]
+    assert row.tolerance and row.measured, f"{name} is {row.verdict} with a figure: state `measured` and `tolerance`"
+    number = article.measured(name)
+    if row.verdict in NUMBER_DECIDES:
+        assert article.holds(name), f"{name}: the lab measures {number:.4g} {row.unit}, not {row.value} {row.tolerance}"
+    else:
+        assert row.verdict == "corrected", f"{name}: a tolerance belongs to a verdict a number decides"
+        assert not article.holds(name), f"{name} is corrected, yet the lab's {number:.4g} {row.unit} meets the figure"
+
+
+def test_the_tolerance_check_can_fail():
+    assert article.within(">=", 94.6, (60, 60)) and not article.within(">=", 13.4, (60, 60))
+    assert article.within("±5", 94.65, (98, 98)) and not article.within("±5", 92.9, (98, 98))
+    assert article.within("<=", 2.5, (2, 3)) and not article.within("<=", 3.5, (2, 3))
+    assert article.within("±0", 32, (16, 64)) and not article.within("±0", 128, (16, 64))
+    with pytest.raises(ValueError):
+        article.within("about", 1, (1, 1))
+
+
+def test_a_reproduced_figure_the_lab_misses_is_caught(monkeypatch):
+    """The same check on a ledger whose reproduced row asks more than the canonical run measured."""
+    tampered = CLAIMS.copy()
+    tampered.loc["prompt_share_of_ttft", "value"] = "99"
+    monkeypatch.setattr(article, "claims", lambda: tampered)
+    assert article.measured("prompt_share_of_ttft") < 99 and not article.holds("prompt_share_of_ttft")
+    tampered.loc["prompt_share_of_ttft", "measured"] = "results:03_ttft_breakdown-load[run=nobody]/ttft_ms"
+    with pytest.raises(LookupError):
+        article.measured("prompt_share_of_ttft")

@@ -2,15 +2,20 @@
 
     claim("mean_ttft_no_cache")        # 2350.0 (ms, A100, Llama-2-7b-chat)
     change_percent("requests_per_s")   # +82.4: the article's own off -> on change, from its two values
+    measured("prompt_share_of_ttft")   # the lab's number for that figure, from the canonical results
+    holds("prompt_share_of_ttft")      # True: the lab's number meets the figure within the row's tolerance
 """
 
 from __future__ import annotations
 
+import re
 from functools import cache
+from pathlib import Path
 
 import pandas as pd
 
 from lab import PROJECT_ROOT
+from lab.experiments.results import CANONICAL_DIR, load_latest
 
 CLAIMS_CSV = PROJECT_ROOT / "data" / "reference" / "article_claims.csv"
 SETTING = "A100 80GB, Llama-2-7b-chat, 1000 prompts"  # the article's test environment (section 4.1)
@@ -46,13 +51,23 @@ CALIBRATED_EVIDENCE = {
 }
 
 
+# How a row's `tolerance` compares the lab's measured number m with the article's figure (a value v, or a range
+# lo-hi): ">=" m >= lo (the article says "over"), "<=" m <= hi, "±X" lo - X <= m <= hi + X (in the row's unit).
+TOLERANCE = re.compile(r"^(>=|<=|±(?P<plus>\d+(\.\d+)?))$")
+# A row's `measured`: one cell of a canonical results table, `results:NAME[column=value&...]/column`, times an
+# optional factor into the row's unit (`*100`: a fraction in %; `*0.001`: ms in s).
+MEASURED = re.compile(r"^results:(?P<name>[\w.-]+)\[(?P<where>[^\]]+)\]/(?P<column>[^*]+?)(\*(?P<factor>[\d.]+))?$")
+FIGURE = re.compile(r"^(?P<low>-?\d+(\.\d+)?)(-(?P<high>\d+(\.\d+)?))?$")
+
+
 @cache
 def claims() -> pd.DataFrame:
     """The claims ledger, indexed by claim name: section, value (as written), unit, context (what the article
-    says), the lab's verdict (VERDICTS), its basis (BASES), a one-line reason, and the evidence
+    says), the lab's verdict (VERDICTS), its basis (BASES), a one-line reason, the evidence
     (`notebooks/NN_x.ipynb#Heading`, `results:NAME`, `tests/file.py::test`, `vllm:path.py::name` or a file of this
-    repository, several joined by " ; ")."""
-    return pd.read_csv(CLAIMS_CSV, dtype={"value": str}, keep_default_na=False).set_index("claim")
+    repository, several joined by " ; "), and where a lab number stands beside the figure: `measured` (MEASURED)
+    and the `tolerance` within which it agrees with the figure (TOLERANCE)."""
+    return pd.read_csv(CLAIMS_CSV, dtype=str, keep_default_na=False).set_index("claim")
 
 
 def evidence(name: str) -> list[str]:
@@ -79,3 +94,56 @@ def change_percent(metric: str) -> float:
     """The article's change from caching off to on, in %, computed from its two values."""
     off, on = pair(metric)
     return (on / off - 1) * 100
+
+
+def figure_range(name: str) -> tuple[float, float] | None:
+    """The article's figure as a (low, high) range ("16-64" -> (16, 64), "60" -> (60, 60)); None if not a number."""
+    found = FIGURE.match(claims().loc[name, "value"].strip())
+    if not found:
+        return None
+    low = float(found["low"])
+    return low, float(found["high"]) if found["high"] else low
+
+
+def measured(name: str, directory: Path = CANONICAL_DIR) -> float | None:
+    """The lab's number beside the article's figure, in the row's unit, read from the results table the row's
+    `measured` names (by default the canonical run); None when the row names none."""
+    locator = claims().loc[name, "measured"].strip()
+    if not locator:
+        return None
+    found = MEASURED.match(locator)
+    if not found:
+        raise ValueError(f"{name}: `measured` is not results:NAME[column=value&...]/column[*factor]: {locator!r}")
+    table, _ = load_latest(found["name"], directory)
+    for condition in found["where"].split("&"):
+        column, _, value = condition.partition("=")
+        table = table[table[column.strip()].astype(str) == value.strip()]
+    if len(table) != 1:
+        raise LookupError(f"{name}: {locator!r} selects {len(table)} rows, not one")
+    return float(table[found["column"].strip()].iloc[0]) * float(found["factor"] or 1)
+
+
+def within(tolerance: str, number: float, figure: tuple[float, float]) -> bool:
+    """Whether `number` agrees with the article's `figure` (low, high) within `tolerance` (TOLERANCE)."""
+    found = TOLERANCE.match(tolerance.strip())
+    if not found:
+        raise ValueError(f"a tolerance is >=, <= or ±X, not {tolerance!r}")
+    low, high = figure
+    if found["plus"] is not None:
+        return low - float(found["plus"]) <= number <= high + float(found["plus"])
+    return number >= low if tolerance.strip() == ">=" else number <= high
+
+
+def holds(name: str) -> bool:
+    """Whether the lab's measured number agrees with the article's figure within the row's tolerance."""
+    row = claims().loc[name]
+    if not row.tolerance.strip() or figure_range(name) is None or measured(name) is None:
+        raise ValueError(f"{name}: a tolerance check needs a numeric value, a `measured` and a `tolerance`")
+    return within(row.tolerance, measured(name), figure_range(name))
+
+
+def lessons(name: str) -> list[str]:
+    """The lesson notebooks a claim's evidence points to, in order (NN_topic stems, from notebook and results
+    pointers)."""
+    stems = [re.match(r"^(notebooks/|results:)(\d\d_[a-z0-9_]+?)(\.ipynb|-|$)", p) for p in evidence(name)]
+    return list(dict.fromkeys(m[2] for m in stems if m))
