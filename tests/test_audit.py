@@ -74,7 +74,7 @@ def test_the_summary_hit_rates_are_prefix_cache_replays(timestamp_audit, tok, tm
 
 
 def test_prompts_that_share_their_start_have_no_field_to_move(tmp_path):
-    """(The real engine's confirmation is checked against the replay in notebooks/15_your_workload.ipynb.)"""
+    """(The real engine's confirmation is checked against the replay in notebooks/17_your_workload.ipynb.)"""
     rng = random.Random(0)
     path = write_jsonl(tmp_path / "shared.jsonl",
                        [{"prompt": f"{SHARED}\nQuestion {i}: {text_of_tokens(rng, 30, 'all')}"} for i in range(12)])

@@ -88,7 +88,7 @@ def test_too_few_ratios_for_a_bootstrap_give_their_range():
 
 
 def test_a_zero_hit_interval_needs_two_pairs():
-    """(The runs themselves, alternating off/on and sharing nothing, are checked in notebooks/12_capacity.ipynb.)"""
+    """(The runs themselves, alternating off/on and sharing nothing, are checked in notebooks/14_capacity.ipynb.)"""
     from lab.core.model import ensure_model
 
     prompts = shared_fraction_prompts(tokenizer_for(None), 4, 0.0, 256)

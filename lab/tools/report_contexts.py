@@ -1,6 +1,7 @@
-"""What the later notebooks contribute to docs/RESULTS.md's Results section: one context per notebook (10 routing, 11
-why it missed, 12 capacity, 13 model size, 15 the audit), each read from that notebook's latest results files and
-None when it has not run; and how the reports write numbers and tables (`lab.tools.readme_report` renders them)."""
+"""What the later notebooks contribute to docs/RESULTS.md's Results section: one context per notebook (10-12
+routing, the simulator and a replica's failure, 13 why it missed, 14 capacity, 15 model size, 17 the audit), each
+read from that notebook's latest results files and None when it has not run; and how the reports write numbers
+and tables (`lab.tools.readme_report` renders them)."""
 
 from __future__ import annotations
 
@@ -44,13 +45,13 @@ def _capacity_range(sweep: pd.DataFrame, row: pd.Series, caching: str) -> str:
 
 
 def capacity_context() -> dict | None:
-    """The latest `12_capacity` run (None when it has not run)."""
-    gain, meta = _latest_or_none("12_capacity-gain")
+    """The latest `14_capacity` run (None when it has not run)."""
+    gain, meta = _latest_or_none("14_capacity-gain")
     if gain is None:
         return None
-    implied = load_latest("12_capacity-implied_hit_rate")[0].drop(columns="model").to_numpy()
-    cap, sweep = load_latest("12_capacity-capacity")[0], load_latest("12_capacity-sweep")[0]
-    zero = load_latest("12_capacity-zero_hit")[0].iloc[0]
+    implied = load_latest("14_capacity-implied_hit_rate")[0].drop(columns="model").to_numpy()
+    cap, sweep = load_latest("14_capacity-capacity")[0], load_latest("14_capacity-sweep")[0]
+    zero = load_latest("14_capacity-zero_hit")[0].iloc[0]
     curve = pd.DataFrame({"shared fraction": gain.shared_fraction, "token hit rate h": gain.hit_rate,
                           "bound 1/(1-h)": gain.bound, "throughput gain": gain.throughput_gain,
                           "mean TTFT change": [f"{v:+.0%}" for v in gain.ttft_change]})
@@ -82,8 +83,9 @@ def routing_context() -> dict | None:
     policies, meta = _latest_or_none("10_routing-policies")
     if policies is None:
         return None
-    agreement, sweep = load_latest("10_routing-sim_vs_real")[0], load_latest("10_routing-sim_sweep")[0]
-    kv, timing = _latest_or_none("10_routing-kv_aware")[0], _latest_or_none("10_routing-sim_timing")[0]
+    agreement = load_latest("10_routing-sim_vs_real")[0]
+    sweep, sim_meta = load_latest("11_fleet_simulator-sim_sweep")
+    kv, timing = _latest_or_none("10_routing-kv_aware")[0], _latest_or_none("11_fleet_simulator-sim_timing")[0]
     bench, bench_meta = _latest_or_none("bench_sim")  # python -m lab.experiments.bench sim
     table = pd.DataFrame({"policy": policies.policy, "fleet hit rate": policies.fleet_hit_rate,
                           "TTFT p50 (ms)": policies.p50_ttft_ms, "TTFT p99 (ms)": policies.p99_ttft_ms,
@@ -92,12 +94,13 @@ def routing_context() -> dict | None:
     largest = int(sweep.replicas.max())
     kept = sweep[sweep.replicas == largest].set_index("policy").fraction_of_ideal.sort_values(ascending=False)
     return {"run_id": meta["run_id"], "env": meta["environment"], "table": markdown_table(table),
+            "sim_run_id": sim_meta["run_id"], "sim_env": sim_meta["environment"],
             "agreement": markdown_table(_agreement_table(agreement)),
             "largest_difference": agreement["hit rate difference"].abs().max(), "largest": largest,
             "kept": list(kept.items()), "timing": None if timing is None else _timing_rows(timing),
             "bench": None if bench is None else {"run_id": bench_meta["run_id"], "rows": _timing_rows(bench),
                                                  "hardware": hardware_line(bench_meta["environment"])},
-            "faults": _fault_context(), "tradeoff": _table_or_none("10_routing-sim_tradeoff", _tradeoff_table),
+            "faults": _fault_context(), "tradeoff": _table_or_none("11_fleet_simulator-sim_tradeoff", _tradeoff_table),
             "load": _table_or_none("10_routing-load", _load_table),
             "kv": None if kv is None else [
                 {"run": r["run"], "nothing": int(r["credited nothing"]), "decisions": int(r["decisions"]),
@@ -130,7 +133,7 @@ def _timing_rows(timing: pd.DataFrame) -> list[dict]:
 
 
 def _fault_context() -> dict | None:
-    faults, rejoins = _latest_or_none("10_routing-fault")[0], _latest_or_none("10_routing-rejoin")[0]
+    (faults, fault_meta), rejoins = _latest_or_none("12_replica_failure-fault"), _latest_or_none("12_replica_failure-rejoin")[0]
     if faults is None or "answered" not in faults:
         return None
     table = pd.DataFrame({"killed after (answers)": faults.kill_after_answered, "sent": faults.sent,
@@ -139,7 +142,7 @@ def _fault_context() -> dict | None:
                           "extra prefill tokens": faults.extra_prefill_tokens,
                           "TTFT p50 resubmitted (ms)": faults.p50_ttft_ms_resubmitted,
                           "TTFT p50 rest (ms)": faults.p50_ttft_ms_rest, "hits back after (s)": faults.recovery_s})
-    return {"table": markdown_table(table),
+    return {"table": markdown_table(table), "run_id": fault_meta["run_id"], "env": fault_meta["environment"],
             "rejoin": None if rejoins is None else list(zip(rejoins.share_of_requests, rejoins.share_of_hits))}
 
 
@@ -156,12 +159,12 @@ def _load_table(load: pd.DataFrame) -> pd.DataFrame:
 
 
 def audit_context() -> dict | None:
-    """The audit of notebook 15: the customer-service bot, the timestamped template, and the scale run."""
-    audit, meta = _latest_or_none("15_your_workload-audit")
+    """The audit of notebook 17: the customer-service bot, the timestamped template, and the scale run."""
+    audit, meta = _latest_or_none("17_your_workload-audit")
     if audit is None:
         return None
     bot, stamped = audit.set_index("workload").loc["customer_service"], audit.set_index("workload").loc["timestamped"]
-    scale, scale_meta = _latest_or_none("15_your_workload-scale")
+    scale, scale_meta = _latest_or_none("17_your_workload-scale")
     return {"run_id": meta["run_id"],
             "bot": {"prompts": int(bot.prompts), "hit_rate": bot.hit_rate, "block_size": int(bot.recommended_block_size),
                     "radix_hit_rate": bot.radix_hit_rate, "projected": bot.projected_throughput_gain,
@@ -177,11 +180,11 @@ def audit_context() -> dict | None:
 
 
 def why_context() -> dict | None:
-    """Notebook 11: the attribution against the engine, and the cost model's projection against measured runs."""
-    checks, meta = _latest_or_none("11_why_it_missed-reconcile")
+    """Notebook 13: the attribution against the engine, and the cost model's projection against measured runs."""
+    checks, meta = _latest_or_none("13_why_it_missed-reconcile")
     if checks is None:
         return None
-    validation, validation_meta = _latest_or_none("11_why_it_missed-projection")
+    validation, validation_meta = _latest_or_none("13_why_it_missed-projection")
     return {"run_id": meta["run_id"], "checks": markdown_table(checks),
             "validation": None if validation is None else {
                 "run_id": validation_meta["run_id"], "cost_model": validation_meta["environment"]["cost_model"],
@@ -192,8 +195,8 @@ def why_context() -> dict | None:
 
 
 def size_context() -> dict | None:
-    """Notebook 13: one workload at one hit rate on models of different size, the A100 projection, the article."""
-    table, meta = _latest_or_none("13_model_size")
+    """Notebook 15: one workload at one hit rate on models of different size, the A100 projection, the article."""
+    table, meta = _latest_or_none("15_model_size")
     columns = ["model", "parameters", "source", "hit_rate", "bound", "throughput_gain", "share_of_bound", "ttft_change"]
     return table is not None and {"run_id": meta["run_id"], "hardware": hardware_line(meta["environment"]),
                                   "table": markdown_table(table[columns])} or None
