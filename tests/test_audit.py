@@ -159,3 +159,28 @@ def test_a_long_divergence_label_is_shown_short():
 
     assert len(short("x" * 3000)) == 41 and short("Current time:") == "Current time:"
     assert excerpt("a" * 100 + "\nB" + "c" * 100, 100, width=30) == "…" + "a" * 30 + "⟦⏎B" + "c" * 28 + "…"
+
+
+def test_a_measured_gain_is_quoted_with_its_range_never_alone():
+    from lab.audit.projection import Confirmation
+
+    noisy = Confirmation(prompts=32, hit_rate=0.0, throughput_gain=0.97, gain_low=0.82, gain_high=1.08,
+                         ttft_change=0.02, pairs=3, mean_ttft_ms_off=100.0, mean_ttft_ms_on=102.0)
+    assert noisy.gain_text() == "x0.97, range x0.82-x1.08 over 3 pairs (no change this short a run can tell)"
+    clear = Confirmation(prompts=32, hit_rate=0.8, throughput_gain=3.1, gain_low=2.9, gain_high=3.3,
+                         ttft_change=-0.6, pairs=3, mean_ttft_ms_off=100.0, mean_ttft_ms_on=40.0)
+    assert clear.gain_text() == "x3.10, range x2.90-x3.30 over 3 pairs"
+
+
+def test_the_routing_advice_says_why():
+    import pandas as pd
+
+    from lab.audit.fleet import _reason, _recommend
+
+    table = pd.DataFrame({"policy": ["random", "cache_aware", "consistent_hash"],
+                          "fleet_hit_rate": [0.60, 0.602, 0.75], "imbalance": [1.1, 1.2, 2.4]})
+    chosen = _recommend(table, 1.5)
+    reason = _reason(table, chosen, 1.5)
+    assert chosen == "cache_aware"
+    assert "within x1.5 the mean load" in reason and "consistent_hash would keep more (75.0%)" in reason
+    assert "random keep as many hits" in reason

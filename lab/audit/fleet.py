@@ -21,6 +21,7 @@ class FleetAdvice:
     recommended_policy: str
     policies: pd.DataFrame  # policy, fleet_hit_rate, imbalance, session_key
     routes: list[int]  # the replica the recommended policy chose for each request
+    reason: str = ""  # why this policy, in one sentence the report prints beside it
 
 
 @dataclass
@@ -56,7 +57,8 @@ def fleet_policies(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | N
                      "session_key": "tenant" if policy == "consistent_hash" and keys else ""})
     table = pd.DataFrame(rows)
     recommended = _recommend(table, max_imbalance)
-    return FleetAdvice(replicas, len(token_ids), recommended, table, routes[recommended])
+    return FleetAdvice(replicas, len(token_ids), recommended, table, routes[recommended],
+                       _reason(table, recommended, max_imbalance))
 
 
 def _recommend(table: pd.DataFrame, max_imbalance: float) -> str:
@@ -65,6 +67,25 @@ def _recommend(table: pd.DataFrame, max_imbalance: float) -> str:
     balanced = table[table.imbalance <= max_imbalance]
     best = (balanced if len(balanced) else table).sort_values("fleet_hit_rate", ascending=False, kind="stable")
     return best.policy.iloc[0]
+
+
+def _reason(table: pd.DataFrame, recommended: str, max_imbalance: float) -> str:
+    if table.fleet_hit_rate.max() < 0.01:
+        return "nothing is shared between these prompts, so only the load matters"
+    by_hits = table.set_index("policy").sort_values("fleet_hit_rate", ascending=False, kind="stable")
+    chosen = by_hits.loc[recommended]
+    text = (f"the highest hit rate ({chosen.fleet_hit_rate:.1%}) among the policies that keep the busiest replica "
+            f"within x{max_imbalance} the mean load")
+    more = by_hits[by_hits.fleet_hit_rate > chosen.fleet_hit_rate + 0.005]
+    if len(more):
+        top = more.iloc[0]
+        text += (f"; {more.index[0]} would keep more ({top.fleet_hit_rate:.1%}) but loads one replica "
+                 f"x{top.imbalance:.2f} the mean")
+    close = by_hits[(by_hits.index != recommended) & ((by_hits.fleet_hit_rate - chosen.fleet_hit_rate).abs() <= 0.005)]
+    if len(close):
+        text += (f"; {', '.join(close.index)} keep as many hits, within half a point: what these prompts share, "
+                 "every replica soon holds, so where a request goes matters little")
+    return text
 
 
 def salt_cost(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | None], block_size: int,

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import pandas as pd
+
 from lab.experiments.cost_model import CostModel
 
 
@@ -24,14 +26,26 @@ class Projection:
 
 @dataclass
 class Confirmation:
-    """A short run of the first `prompts` prompts on the real engine, caching off and then on."""
+    """A short run of the first `prompts` prompts on the real engine, `pairs` times over: submitted at once with a
+    cache_salt per request (nothing reused: the baseline) and without one. `throughput_gain` and `ttft_change`
+    are the medians over the pairs, `gain_low` and `gain_high` the range of the pairs' gains: one pair on a
+    shared machine is one noisy draw, so the range says how far a measurement this short can be trusted."""
     prompts: int
     hit_rate: float
     throughput_gain: float
+    gain_low: float
+    gain_high: float
     ttft_change: float
+    pairs: int
     mean_ttft_ms_off: float
     mean_ttft_ms_on: float
     projected: Projection | None = None  # the cost model's projection for these prompts
+
+    def gain_text(self) -> str:
+        """The measured gain as it may be quoted: a median with its range, never one ratio alone."""
+        verdict = " (no change this short a run can tell)" if self.gain_low <= 1 <= self.gain_high else ""
+        return (f"x{self.throughput_gain:.2f}, range x{self.gain_low:.2f}-x{self.gain_high:.2f} over {self.pairs} "
+                f"pairs{verdict}")
 
 
 def project(model: CostModel, prompt_tokens: Sequence[int], cached_tokens: Sequence[int],
@@ -44,20 +58,32 @@ def project(model: CostModel, prompt_tokens: Sequence[int], cached_tokens: Seque
 
 
 def confirm_on_engine(token_ids: Sequence[Sequence[int]], model: str | None, block_size: int, sample: int,
-                      max_tokens: int = 8) -> Confirmation:
-    """A short measured run on the real vLLM engine: the first `sample` prompts in order, submitted at once
-    with caching off and then on (a fresh engine each, warmed on the same prompts, cache emptied)."""
+                      max_tokens: int = 8, pairs: int = 3) -> Confirmation:
+    """A short measured run on the real vLLM engine: the first `sample` prompts in order, submitted at once, with a
+    cache_salt per request (the baseline: nothing reused) and without, `pairs` times in alternating order on one
+    warmed engine, its cache emptied before every run, so that drift in the machine's speed falls on both."""
     from lab.experiments.capacity import warm_engine
     from lab.experiments.measure import run_workload, summarize
 
+    if pairs < 1:
+        raise ValueError(f"pairs={pairs}: the confirmation needs at least one pair of runs, e.g. 3")
     prompts = [list(ids) for ids in token_ids[:sample]]
-    summaries = {}
-    for caching in (False, True):
-        llm = warm_engine(model, caching, block_size, prompts, max_tokens)
-        summaries[caching] = summarize(run_workload(llm, prompts, max_tokens=max_tokens, mode="offline", progress=False))
-        del llm
-    off, on = summaries[False], summaries[True]
-    return Confirmation(prompts=len(prompts), hit_rate=float(on["hit_rate"]),
-                        throughput_gain=float(on["requests_per_s"] / off["requests_per_s"]),
-                        ttft_change=float(on["mean_ttft_ms"] / off["mean_ttft_ms"] - 1),
-                        mean_ttft_ms_off=float(off["mean_ttft_ms"]), mean_ttft_ms_on=float(on["mean_ttft_ms"]))
+    llm = warm_engine(model, True, block_size, prompts, max_tokens)
+    runs = []
+    for pair in range(pairs):
+        summary = {}
+        for reuse in ((False, True) if pair % 2 == 0 else (True, False)):
+            llm.reset_prefix_cache()
+            summary[reuse] = summarize(run_workload(llm, prompts, max_tokens=max_tokens, mode="offline",
+                                                    progress=False, salt_each=None if reuse else "baseline"))
+        runs.append({"gain": summary[True]["requests_per_s"] / summary[False]["requests_per_s"],
+                     "ttft_change": summary[True]["mean_ttft_ms"] / summary[False]["mean_ttft_ms"] - 1,
+                     "hit_rate": summary[True]["hit_rate"], "off_ms": summary[False]["mean_ttft_ms"],
+                     "on_ms": summary[True]["mean_ttft_ms"]})
+    del llm
+    frame = pd.DataFrame(runs)
+    return Confirmation(prompts=len(prompts), hit_rate=float(frame.hit_rate.median()),
+                        throughput_gain=float(frame.gain.median()), gain_low=float(frame.gain.min()),
+                        gain_high=float(frame.gain.max()), ttft_change=float(frame.ttft_change.median()),
+                        pairs=pairs, mean_ttft_ms_off=float(frame.off_ms.median()),
+                        mean_ttft_ms_on=float(frame.on_ms.median()))

@@ -68,7 +68,7 @@ def verdict(result: AuditResult) -> list[str]:
              f"{r.prompts:,} prompts' tokens at block size {r.recommended_block_size} "
              f"(KV capacity {r.kv_tokens:,} tokens)."]
     gains = ([f"projected throughput x{p.throughput_gain:.2f}, mean TTFT {p.ttft_change:+.0%}"] if p else []) + \
-        ([f"measured on the engine (first {c.prompts} prompts): x{c.throughput_gain:.2f}, {c.ttft_change:+.0%}"]
+        ([f"measured on the engine (first {c.prompts} prompts): {c.gain_text()}, mean TTFT {c.ttft_change:+.0%}"]
          if c else [])
     lines += ["With caching on: " + "; ".join(gains) + "."] if gains else []
     changes = changes_worth_making(result)
@@ -154,11 +154,12 @@ def terminal_summary(result: AuditResult) -> str:
     lines.append(_projection_line(r))
     if c := r.confirmation:
         lines.append(f"  measured on the engine, first {c.prompts} prompts: hit rate {c.hit_rate:.1%}, throughput "
-                     f"x{c.throughput_gain:.2f}, mean TTFT {c.ttft_change:+.0%} (the cost model projects "
+                     f"{c.gain_text()}, mean TTFT {c.ttft_change:+.0%} (the cost model projects "
                      f"x{c.projected.throughput_gain:.2f}, {c.projected.ttft_change:+.0%} for them)")
     best = r.fleet.policies.set_index("policy").loc[r.fleet.recommended_policy]
     lines.append(f"  {r.fleet.replicas} replicas (simulated, {r.fleet.sample:,} prompts): recommended "
-                 f"{r.fleet.recommended_policy} at {best.fleet_hit_rate:.1%}, imbalance {best.imbalance:.2f}")
+                 f"{r.fleet.recommended_policy} at {best.fleet_hit_rate:.1%}, imbalance {best.imbalance:.2f}: "
+                 f"{r.fleet.reason}")
     if t := r.tenant_salt:
         lines.append(f"  per-tenant cache_salt ({t.tenants} tenants): hit rate {t.hit_rate_shared:.1%} -> {t.hit_rate_salted:.1%}")
     lines.append("  time: " + ", ".join(f"{k} {v:.1f} s" for k, v in r.seconds.items()))
