@@ -261,3 +261,17 @@ def test_replay_serves_one_request_at_a_time_and_counts_each_hit():
     assert replayed.num_free_blocks == 16, "every request was freed"
     with pytest.raises(ValueError, match="salts has 1 entries for 4 prompts"):
         replayed.replay(prompts, salts=["a"])
+
+
+def test_a_seed_set_after_import_is_read_as_vllm_reads_it(monkeypatch):
+    """vLLM's init_none_hash reads PYTHONHASHSEED each time it runs; so does the lab's first parent hash."""
+    from lab.core.block_hash import NONE_HASH_SEED, hash_function, none_hash
+    from lab.serving.vllm_internals import vllm_block_hashes
+
+    ids = list(range(100, 164))
+    default = none_hash("sha256")
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
+    assert none_hash("sha256") == hash_function("sha256")("7") != default
+    assert block_hashes(ids, 16, "sha256") == vllm_block_hashes(ids, 16, "sha256")
+    monkeypatch.delenv("PYTHONHASHSEED")
+    assert none_hash("sha256") == default == hash_function("sha256")(NONE_HASH_SEED)

@@ -64,14 +64,19 @@ def hash_function(hash_algo: str) -> Callable[[Any], bytes]:
     return lru_cache(maxsize=MEMO_SIZE)(HASH_FUNCTIONS[hash_algo])
 
 
-@cache  # PYTHONHASHSEED is read once per process, as vLLM does at start-up
 def none_hash(hash_algo: str = "sha256") -> bytes:
-    """The parent hash of every chain's first block.
+    """The parent hash of every chain's first block: the hash of PYTHONHASHSEED when it is set, else of vLLM's
+    fixed seed string. The seed is read at each call, as vLLM's `init_none_hash` reads it each time it runs.
 
-    vLLM uses a random seed for the xxhash algorithms unless PYTHONHASHSEED is set; the lab always
-    uses the fixed seed so its hashes are reproducible.
+    vLLM draws a random seed for the xxhash algorithms when PYTHONHASHSEED is unset; the lab keeps the fixed
+    seed then, so that its hashes are reproducible.
     """
-    return hash_function(hash_algo)(os.environ.get("PYTHONHASHSEED", NONE_HASH_SEED))
+    return _none_hash(hash_algo, os.environ.get("PYTHONHASHSEED", NONE_HASH_SEED))
+
+
+@lru_cache(maxsize=64)
+def _none_hash(hash_algo: str, seed: str) -> bytes:
+    return hash_function(hash_algo)(seed)
 
 
 def full_blocks(token_ids: Sequence[int], block_size: int) -> list[tuple[int, ...]]:
