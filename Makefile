@@ -59,7 +59,8 @@ test: setup lint
 test-fast: setup lint
 	$(BIN)/python -m pytest -m "not engine" -n 2
 
-lint: setup
+lint: $(STAMP)
+	@# the linter needs the packages, not the models
 	$(BIN)/ruff check .
 
 lab: setup

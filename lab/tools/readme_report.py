@@ -19,7 +19,7 @@ import jinja2
 import pandas as pd
 
 from lab import PROJECT_ROOT
-from lab.core.model import describe_model
+from lab.core.model import MODELS_DIR, describe_model
 from lab.experiments import article
 from lab.experiments.block_sizes import recommend_block_size
 from lab.experiments.results import hardware_line, load_latest, write_atomically
@@ -108,7 +108,7 @@ def results_context() -> dict:
     """Every number and table the Results section shows, from the latest results files."""
     offline, meta = load_latest("05_cache_on_vs_off-offline")
     model = Path(meta["environment"]["model"])  # a run in another clone: the same model built here describes it
-    model = model if model.exists() else PROJECT_ROOT / "models" / model.name
+    model = model if model.exists() else MODELS_DIR / model.name
     online, online_meta = load_latest("05_cache_on_vs_off-online")
     sweep, sweep_meta = load_latest("04_block_size_sweep-vllm")
     env, rows = meta["environment"], offline.set_index("metric")
