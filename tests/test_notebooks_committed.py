@@ -44,6 +44,13 @@ def test_conventions(path):
     assert all(not isinstance(node.test, ast.Constant) for node in checks), "an assert on a constant checks nothing"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_lesson_opens_with_its_number_its_question_and_a_prediction(path):
+    first = nbformat.read(path, as_version=4).cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith(f"# {path.name[:2]} · "), "its title, numbered"
+    assert "**The question.**" in first.source and "**Predict, then run.**" in first.source
+
+
 def test_every_profile_names_real_notebooks_and_parameters():
     profiles = load_profiles()
     assert {"quick", "full"} <= set(profiles)
