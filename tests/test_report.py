@@ -157,6 +157,9 @@ def test_the_readme_is_a_front_door():
     assert {p.stem for p in (root / "notebooks").glob("[0-9][0-9]_*.ipynb")} <= mapped
     for doc in ("docs/RESULTS.md", "docs/TESTING.md", "WORKSHOP.md", "docs/ARCHITECTURE.md"):
         assert f"]({doc}" in readme and (root / doc).is_file(), doc
+    executed = re.findall(r"\]\((docs/lessons/\d\d_\w+\.ipynb)\)", readme)
+    assert set(executed) == {f"docs/lessons/{n}.ipynb" for n in mapped}, "every lesson links its executed copy"
+    assert all((root / link).is_file() for link in executed), "and the copy is there"
 
 
 def test_the_capacity_section_comes_from_the_capacity_results(results):

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from lab.checks import positive_int
-from lab.core.block_hash import chain_hashes, full_blocks
+from lab.core.block_hash import chain_hashes, full_blocks, hittable_blocks
 from lab.core.prefix_cache import PrefixCache
 
 CAUSES: dict[str, str] = {
@@ -157,7 +157,7 @@ def _explain(token_ids: Sequence[int], cached: int, block_size: int, unsalted: l
     n, bs = len(token_ids), block_size
     causes = dict.fromkeys(CAUSES, 0)
     shared_blocks = seen.shared_blocks(unsalted)
-    max_hit_blocks = (n - 1) // bs
+    max_hit_blocks = hittable_blocks(n, bs)
     shareable_end = min(shared_blocks, max_hit_blocks) * bs
     if cached < shareable_end:
         causes[_first_miss_cause(salted[cached // bs], replica, seen)] = shareable_end - cached

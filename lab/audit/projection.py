@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from lab.experiments.capacity import amdahl_bound
 from lab.experiments.cost_model import CostModel
 
 
@@ -53,7 +54,7 @@ def project(model: CostModel, prompt_tokens: Sequence[int], cached_tokens: Seque
     """The cost model's projection for requests all submitted at once, each answering `output_tokens`."""
     hit_rate = sum(cached_tokens) / sum(prompt_tokens)
     p = model.project(prompt_tokens, cached_tokens, output_tokens)
-    return Projection(hit_rate, p["throughput_gain"], p["ttft_change"], 1 / max(1 - hit_rate, 1e-9),
+    return Projection(hit_rate, p["throughput_gain"], p["ttft_change"], amdahl_bound(hit_rate),
                       len(prompt_tokens), output_tokens)
 
 

@@ -79,6 +79,18 @@ def _none_hash(hash_algo: str, seed: str) -> bytes:
     return hash_function(hash_algo)(seed)
 
 
+def blocks_needed(num_tokens: int, block_size: int) -> int:
+    """The blocks a request of `num_tokens` tokens holds: every full block and a partial last one."""
+    return -(-num_tokens // block_size)
+
+
+def hittable_blocks(num_tokens: int, block_size: int) -> int:
+    """The full blocks a request of `num_tokens` tokens can take from the cache. Its last prompt token is always
+    computed (its logits give the first output token), so a block that holds it is computed too: vLLM V1's
+    last-token rule."""
+    return (num_tokens - 1) // block_size
+
+
 def full_blocks(token_ids: Sequence[int], block_size: int) -> list[tuple[int, ...]]:
     """The token ids of every full block of a prompt (a partial last block is left out)."""
     return [tuple(token_ids[start:start + block_size]) for start in range(0, len(token_ids) - block_size + 1, block_size)]

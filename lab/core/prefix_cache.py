@@ -23,9 +23,11 @@ from lab.checks import positive_int
 from lab.core.block_hash import (  # noqa: F401
     HASH_FUNCTIONS,
     block_hashes,
+    blocks_needed,
     chain_hashes,
     full_blocks,
     hash_function,
+    hittable_blocks,
     none_hash,
 )
 
@@ -89,7 +91,7 @@ class PrefixCache:
             return 0
         blocks = full_blocks(token_ids, self.block_size)
         hashes = chain_hashes(blocks, self.hash_algo, cache_salt)
-        return len(self._longest_hit(hashes[:(len(token_ids) - 1) // self.block_size], blocks)) * self.block_size
+        return len(self._longest_hit(hashes[:hittable_blocks(len(token_ids), self.block_size)], blocks)) * self.block_size
 
     def cached_prefix_blocks(self, hashes: Sequence[bytes], blocks: Sequence[tuple[int, ...]]) -> int:
         """How many leading blocks of a chain (hashed with this pool's `hash_algo`) are cached now: a lookup
@@ -113,9 +115,8 @@ class PrefixCache:
         else:
             blocks = full_blocks(token_ids, self.block_size)
             hashes = chain_hashes(blocks, self.hash_algo, cache_salt)
-        max_hit_blocks = (len(token_ids) - 1) // self.block_size  # the last token is always computed
-        hit = self._longest_hit(hashes[:max_hit_blocks], blocks)
-        num_new = -(-len(token_ids) // self.block_size) - len(hit)
+        hit = self._longest_hit(hashes[:hittable_blocks(len(token_ids), self.block_size)], blocks)
+        num_new = blocks_needed(len(token_ids), self.block_size) - len(hit)
         needed = num_new + sum(b.ref_count == 0 for b in hit)  # hit blocks in the free queue leave it too
         if needed > self.num_free_blocks:
             raise CacheFullError(
@@ -138,7 +139,7 @@ class PrefixCache:
         table, token_ids = self._table(request_id), self.token_ids[request_id]
         num_full_before = len(token_ids) // self.block_size
         token_ids.extend(new_token_ids)
-        num_new = -(-len(token_ids) // self.block_size) - len(table)
+        num_new = blocks_needed(len(token_ids), self.block_size) - len(table)
         if num_new > self.num_free_blocks:
             del token_ids[len(token_ids) - len(new_token_ids):]
             raise CacheFullError(f"request {request_id!r} needs {num_new} more blocks; {self.num_free_blocks} are free")

@@ -17,6 +17,7 @@ import sys
 import pandas as pd
 from tqdm import tqdm
 
+from lab.core.block_hash import blocks_needed
 from lab.core.model import ensure_model, tokenizer_for
 from lab.experiments.generators import shared_prefix_workload
 from lab.experiments.results import environment, hardware_line, save_results
@@ -29,8 +30,8 @@ TARGET_SIM_S = 10.0  # vllm-router's five policies over 10,000 requests and 64 r
 def run_mini(model_path, prompts, block_size: int, caching: bool) -> list[dict]:
     from lab.core.mini_engine import MiniEngine
 
-    blocks_needed = sum(-(-len(p) // block_size) for p in prompts) + 8
-    engine = MiniEngine(model_path, block_size=block_size, num_blocks=blocks_needed, enable_prefix_caching=caching)
+    pool_blocks = sum(blocks_needed(len(p), block_size) for p in prompts) + 8
+    engine = MiniEngine(model_path, block_size=block_size, num_blocks=pool_blocks, enable_prefix_caching=caching)
     engine.generate([7] * len(prompts[0]))  # warm-up, shares no block with the workload
     rows = []
     for i, prompt in enumerate(tqdm(prompts, desc=f"mini, caching {'on' if caching else 'off'}", leave=False)):

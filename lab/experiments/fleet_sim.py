@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from lab.checks import positive_int
-from lab.core.block_hash import REPLAY_HASH, chain_hashes, full_blocks
+from lab.core.block_hash import REPLAY_HASH, chain_hashes, full_blocks, hittable_blocks
 from lab.core.prefix_cache import CacheFullError, PrefixCache
 from lab.core.radix_cache import RadixCache
 
@@ -141,7 +141,7 @@ class FleetSim:
         """kv_cost, the cost function of KV-aware routers: the replica where this request's first token comes
         soonest, counting the work queued there and this request's prefill after that replica's cached blocks
         (known exactly, as from KV events). Cached blocks and queued work are weighed in one currency: time."""
-        hittable = (len(token_ids) - 1) // self.block_size  # the last token is always computed
+        hittable = hittable_blocks(len(token_ids), self.block_size)
         blocks, hashes = chain[0][:hittable], chain[1][:hittable]
         best, best_cost, best_cached = 0, math.inf, 0
         for replica, cache in enumerate(self.caches):

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lab.checks import positive_int
+from lab.core.block_hash import blocks_needed
 from lab.serving.backend import backend
 from lab.serving.client import openai_client
 from lab.serving.engine_settings import check_block_size, model_config, resolve_model
@@ -61,7 +62,7 @@ def check_fleet(replicas: Any, policy: Any, kv_blocks: Any, block_size: int, max
     if kv_blocks * block_size < max_model_len:
         raise ValueError(f"kv_blocks={kv_blocks} x block_size={block_size} = {kv_blocks * block_size} tokens cannot "
                          f"hold one prompt of max_model_len={max_model_len}: use kv_blocks >= "
-                         f"{-(-max_model_len // block_size)}, or pass a smaller max_model_len in engine_args")
+                         f"{blocks_needed(max_model_len, block_size)}, or pass a smaller max_model_len in engine_args")
 
 
 @dataclass(eq=False)

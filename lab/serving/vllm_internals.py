@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from lab.core.block_hash import blocks_needed
+
 if TYPE_CHECKING:
     import vllm
 
@@ -191,7 +193,7 @@ def manager_replay(requests: Sequence[Sequence[int]], block_size: int, hash_algo
     hash_fn = get_hash_fn_by_name(hash_algo)
     init_none_hash(hash_fn)
     spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=8, dtype=torch.float32)  # bookkeeping only
-    num_blocks = sum(-(-len(r) // block_size) for r in requests) + 2
+    num_blocks = sum(blocks_needed(len(r), block_size) for r in requests) + 2
     config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
     manager = KVCacheManager(config, max_model_len=max(map(len, requests)) + block_size, scheduler_block_size=block_size,
                              hash_block_size=block_size, enable_caching=enable_caching)

@@ -22,6 +22,7 @@ from lab import PROJECT_ROOT
 from lab.core.model import MODELS_DIR, describe_model
 from lab.experiments import article
 from lab.experiments.block_sizes import recommend_block_size
+from lab.experiments.capacity import amdahl_bound
 from lab.experiments.results import hardware_line, load_latest, write_atomically
 from lab.tools.report_contexts import (
     audit_context,
@@ -120,7 +121,7 @@ def results_context() -> dict:
             "offline_table": markdown_table(comparison_table(offline, with_article=True)),
             "online_table": markdown_table(comparison_table(online, with_article=False)),
             "gain": rows.loc["requests_per_s", "cache on"] / rows.loc["requests_per_s", "cache off"],
-            "hit_rate": hit_rate, "bound": 1 / (1 - hit_rate),
+            "hit_rate": hit_rate, "bound": amdahl_bound(hit_rate),
             "article_gain": 1 + article.change_percent("requests_per_s") / 100,
             "online": online_context(online, online_meta["environment"], offline),
             "sweep_run_id": sweep_meta["run_id"], "block_sizes": recommend_block_size(sweep).to_dict(),
