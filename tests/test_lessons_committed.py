@@ -58,6 +58,21 @@ def test_an_executed_lesson_ran_clean_in_the_canonical_run(lesson: Path):
         assert runs == {meta["run"]}, f"{lesson.stem}: canonical results from {runs}, executed copy from {meta['run']}"
 
 
+@pytest.mark.parametrize("lesson", sorted(LESSONS_DIR.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_an_executed_lesson_is_the_lesson_as_it_stands(lesson: Path):
+    """Its code is the code that ran, and its prose the source's: a change to the prose alone is brought over by
+    `python -m lab.tools.promote --prose`; a change to the code needs the lesson run again (`make run`, or the
+    runner on that notebook with `--profile full`, then `make promote`)."""
+    from lab.tools.promote import refresh_prose
+
+    copy = lesson.read_bytes()
+    try:
+        assert refresh_prose(lesson, PROJECT_ROOT / "notebooks" / lesson.name) is False, \
+            "the code changed since the canonical run (None) or the prose did (True)"
+    finally:
+        lesson.write_bytes(copy)
+
+
 @pytest.mark.parametrize("figure", sorted(COMMITTED_FIGURES_DIR.glob("*.png")), ids=lambda p: p.stem)
 def test_a_committed_figure_was_drawn_by_the_run_its_notebooks_results_cite(figure: Path):
     text = png_text(figure)

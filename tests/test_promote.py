@@ -57,3 +57,23 @@ def test_an_executed_notebook_becomes_readable_on_a_code_host(tmp_path, monkeypa
     assert "widgets" not in lesson.metadata
     assert [o.get("text") or sorted(o["data"]) for o in outputs] == [
         "all checks passed", ["image/png", "text/plain"], ["text/plain"]]
+
+
+def test_prose_is_brought_up_to_the_source_only_where_the_code_is_the_one_that_ran(tmp_path):
+    from nbformat.v4 import new_markdown_cell
+
+    def notebook(prose, code):
+        nb = new_notebook(cells=[new_markdown_cell(prose), new_code_cell(code)])
+        for i, cell in enumerate(nb.cells):
+            cell["id"] = f"c{i}"
+        return nb
+
+    ran = notebook("# 05 · old title", "x = 1")
+    ran.cells[1].outputs = [new_output("stream", name="stdout", text="1")]
+    nbformat.write(ran, tmp_path / "lesson.ipynb")
+    nbformat.write(notebook("# 05 · new title", "x = 1"), tmp_path / "source.ipynb")
+    assert promote.refresh_prose(tmp_path / "lesson.ipynb", tmp_path / "source.ipynb") is True
+    refreshed = nbformat.read(tmp_path / "lesson.ipynb", as_version=4)
+    assert refreshed.cells[0].source == "# 05 · new title" and refreshed.cells[1].outputs[0]["text"] == "1"
+    nbformat.write(notebook("# 05 · new title", "x = 2"), tmp_path / "source.ipynb")
+    assert promote.refresh_prose(tmp_path / "lesson.ipynb", tmp_path / "source.ipynb") is None, "code changed: a new run"

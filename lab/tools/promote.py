@@ -8,6 +8,11 @@ For every notebook whose latest run of the profile (runs/<profile>/NAME.ipynb) f
 - the executed notebook goes to docs/lessons/, readable on a code host without installing anything: plotly
   figures become PNG images, progress-bar widgets their text, and logs on stderr are left out.
 A notebook whose latest run failed keeps what it had.
+
+    python -m lab.tools.promote --prose
+
+brings each executed lesson's markdown up to its source after an edit to the prose alone; a lesson whose code
+changed is named and left as it is (it needs a new run).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from lab import PROJECT_ROOT
 from lab.experiments.plots import COMMITTED_FIGURES_DIR, figures_dir
 from lab.experiments.provenance import png_text
 from lab.experiments.results import CANONICAL_DIR, promote, results_dir
-from lab.tools.runner import RUNS_DIR
+from lab.tools.runner import NOTEBOOKS_DIR, RUNS_DIR
 
 LESSONS_DIR = PROJECT_ROOT / "docs" / "lessons"
 WIDGET_TYPES = ("application/vnd.jupyter.widget-view+json", "application/vnd.jupyter.widget-state+json")
@@ -76,6 +81,23 @@ def readable_lesson(executed: Path, target: Path) -> Path:
     return target
 
 
+def refresh_prose(lesson: Path, source: Path) -> bool | None:
+    """The executed `lesson` with the markdown of `source` (cells matched by id), if every code cell is the one
+    that ran; None when the code differs (the lesson needs a new run), else whether anything changed."""
+    executed, current = nbformat.read(lesson, as_version=4), nbformat.read(source, as_version=4)
+    ran = [c.source for c in executed.cells if c.cell_type == "code" and "injected-parameters" not in c.metadata.get("tags", [])]
+    if ran != [c.source for c in current.cells if c.cell_type == "code"]:
+        return None
+    by_id = {c.get("id"): c for c in current.cells if c.cell_type == "markdown"}
+    changed = False
+    for cell in executed.cells:
+        if cell.cell_type == "markdown" and cell.get("id") in by_id and cell.source != by_id[cell.get("id")].source:
+            cell.source, changed = by_id[cell.get("id")].source, True
+    if changed:
+        nbformat.write(executed, lesson)
+    return changed
+
+
 def promote_figures(runs: dict[str, str], source: Path, committed: Path = COMMITTED_FIGURES_DIR) -> list[Path]:
     """Replace each committed figure by the same figure from its notebook's finished run, if that run drew it."""
     copied = []
@@ -91,7 +113,11 @@ def promote_figures(runs: dict[str, str], source: Path, committed: Path = COMMIT
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.tools.promote", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="full", help="the profile whose runs become canonical (default: full)")
-    profile = parser.parse_args(argv).profile
+    parser.add_argument("--prose", action="store_true", help="only bring the executed lessons' markdown up to date")
+    args = parser.parse_args(argv)
+    if args.prose:
+        return refresh_all_prose()
+    profile = args.profile
     runs = finished_runs(profile)
     if not runs:
         raise SystemExit(f"no finished run under {RUNS_DIR / profile}: run `make run` (profile {profile}) first")
@@ -103,6 +129,19 @@ def main(argv: list[str] | None = None) -> int:
         lesson = readable_lesson(RUNS_DIR / profile / f"{notebook}.ipynb", LESSONS_DIR / f"{notebook}.ipynb")
         print(f"lesson: {lesson.relative_to(PROJECT_ROOT)} ({lesson.stat().st_size / 1e6:.1f} MB)")
     return 0
+
+
+def refresh_all_prose() -> int:
+    stale = []
+    for lesson in sorted(LESSONS_DIR.glob("*.ipynb")):
+        changed = refresh_prose(lesson, NOTEBOOKS_DIR / lesson.name)
+        if changed is None:
+            stale.append(lesson.stem)
+        elif changed:
+            print(f"prose: {lesson.relative_to(PROJECT_ROOT)}")
+    if stale:
+        print(f"code changed since the canonical run, not touched (run them again): {', '.join(stale)}")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
