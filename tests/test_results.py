@@ -95,3 +95,19 @@ def test_promote_can_take_only_the_results_of_named_runs(results_dir, tmp_path_f
     promote(results_dir, canonical, runs={"05_demo-full-1"})
     frame, meta = load_latest("demo", canonical)
     assert frame["x"].tolist() == [1] and meta["environment"]["run"] == "05_demo-full-1"
+
+
+def test_a_quick_run_never_stands_in_for_the_canonical_results(results_dir, monkeypatch, tmp_path_factory):
+    from lab.experiments import results as results_module
+
+    canonical = tmp_path_factory.mktemp("canonical")
+    monkeypatch.setattr(results_module, "CANONICAL_DIR", canonical)
+    monkeypatch.setenv("LAB_PROFILE", "full")
+    save_results(pd.DataFrame({"x": [1]}), "demo", environment())
+    promote(results_dir, canonical)
+    monkeypatch.setenv("LAB_PROFILE", "quick")
+    save_results(pd.DataFrame({"x": [2]}), "demo", environment())
+    assert results_module.load_latest_full_or_canonical("demo")[0]["x"].tolist() == [1], "the quick run is ignored"
+    monkeypatch.setenv("LAB_PROFILE", "full")
+    save_results(pd.DataFrame({"x": [3]}), "demo", environment())
+    assert results_module.load_latest_full_or_canonical("demo")[0]["x"].tolist() == [3], "a newer full run counts"

@@ -110,6 +110,16 @@ def load_latest_or_canonical(name: str) -> tuple[pd.DataFrame, dict[str, Any]]:
                                 "notebook or `make run` first") from error
 
 
+def load_latest_full_or_canonical(name: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The newest full-profile run of `name` in the results folder in use (during `make run`: this run's), else
+    the committed canonical one; a quick run's results never stand in for the canonical ones."""
+    full = [csv for csv in sorted(results_dir().glob(f"{name}-*.csv"), key=_run_order)
+            if json.loads(csv.with_suffix(".json").read_text())["environment"].get("profile") == "full"]
+    if full:
+        return pd.read_csv(full[-1]), json.loads(full[-1].with_suffix(".json").read_text())
+    return load_latest(name, CANONICAL_DIR)
+
+
 def promote(source: Path | None = None, canonical: Path = CANONICAL_DIR, runs: set[str] | None = None) -> list[Path]:
     """Copy the newest run of each result name in `source` (default results_dir()) into `canonical`, removing
     the run of that name it held; with `runs`, only results those runs wrote (lab.tools.runner names them).
