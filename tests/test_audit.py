@@ -184,3 +184,36 @@ def test_the_routing_advice_says_why():
     assert chosen == "cache_aware"
     assert "within x1.5 the mean load" in reason and "consistent_hash would keep more (75.0%)" in reason
     assert "random keep as many hits" in reason
+
+
+def test_a_log_is_replayed_in_the_order_its_timestamps_give(tmp_path, tok):
+    """ISO 8601 or epoch seconds, in any order in the file: the replay follows the clock."""
+    lines = [{"prompt": "third", "timestamp": "2026-12-01T09:00:03Z"},
+             {"prompt": "first", "timestamp": 1_764_579_601},  # 2026-12-01T09:00:01Z
+             {"prompt": "second", "timestamp": "2026-12-01T09:00:02+00:00"}]
+    prompts = read_prompts(write_jsonl(tmp_path / "log.jsonl", lines), tok, progress=False)
+    assert prompts.texts == ["first", "second", "third"] and prompts.lines == [2, 3, 1]
+    with pytest.raises(AuditInputError, match=r"bad.jsonl:1: 'timestamp' 'yesterday' is neither ISO 8601"):
+        read_prompts(write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "x", "timestamp": "yesterday"}]), tok,
+                     progress=False)
+
+
+def test_a_gzipped_log_reads_as_the_plain_one(tmp_path, tok):
+    import gzip
+
+    lines = [{"prompt": "one"}, {"messages": [{"role": "user", "content": "two"}]}]
+    plain = write_jsonl(tmp_path / "log.jsonl", lines)
+    packed = tmp_path / "log.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert read_prompts(packed, tok, progress=False).token_ids == read_prompts(plain, tok, progress=False).token_ids
+
+
+def test_a_chats_tools_go_to_the_template_as_the_server_sends_them(tmp_path, tok):
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
+    prompts = read_prompts(write_jsonl(tmp_path / "tools.jsonl", [{"messages": messages, "tools": tools}]), tok,
+                           progress=False)
+    assert prompts.texts == [tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)]
+    with pytest.raises(AuditInputError, match=r"bad.jsonl:1: 'tools' must be a list of tool definitions"):
+        read_prompts(write_jsonl(tmp_path / "bad.jsonl", [{"messages": messages, "tools": "weather"}]), tok,
+                     progress=False)

@@ -1,11 +1,15 @@
-"""Reading a prompts file: JSONL lines (a prompt, or chat messages rendered with the model's template), tokenized,
-with every bad line named by file, line and fix."""
+"""Reading a prompts file: JSONL lines (a prompt, or chat messages rendered with the model's template, tools
+included, as the server renders them), gzipped or not, in arrival order when the lines say when they came
+(`arrival_s`, or a `timestamp`: ISO 8601 or epoch seconds), tokenized, with every bad line named by file, line and
+fix."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 DEFAULT_KV_TOKENS = 100_000  # set --kv-tokens to your engine's: vLLM logs "KV cache size: N tokens" at start
@@ -50,19 +54,43 @@ def _record_text(record: object, tokenizer, where: str) -> tuple[str, bool]:
         if not isinstance(record["prompt"], str) or not record["prompt"]:
             raise AuditInputError(f"{where}: 'prompt' must be a non-empty string")
         return record["prompt"], False
-    messages = record["messages"]
+    messages, tools = record["messages"], record.get("tools")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "content" in m for m in messages):
         raise AuditInputError(f"{where}: 'messages' must be a non-empty list of {{'role': ..., 'content': ...}}")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise AuditInputError(f"{where}: 'tools' must be a list of tool definitions, as in the OpenAI API")
     if not getattr(tokenizer, "chat_template", None):
         raise AuditInputError(f"{where}: 'messages' needs a chat template, and this model's tokenizer has none; "
                               "send rendered prompts as 'prompt', or choose a chat model with --model")
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True), True
+    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True), True
+
+
+def _arrival(record: dict, where: str) -> float | None:
+    """When a line's request arrived, in seconds: `arrival_s`, else a `timestamp` (ISO 8601 or epoch seconds)."""
+    if (arrival := record.get("arrival_s")) is not None:
+        if not isinstance(arrival, (int, float)) or isinstance(arrival, bool):
+            raise AuditInputError(f"{where}: 'arrival_s' must be a number of seconds, not {arrival!r}")
+        return float(arrival)
+    stamp = record.get("timestamp")
+    if stamp is None:
+        return None
+    if isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
+        return float(stamp)
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise AuditInputError(f"{where}: 'timestamp' {stamp!r} is neither ISO 8601 (e.g. 2026-12-01T09:00:00Z) "
+                              "nor epoch seconds") from None
+
+
+def _open(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
 
 
 def _parse_lines(path: Path, tokenizer, skip_bad: bool) -> tuple[list[dict], list[str]]:
     """One entry per good line: text, line number, arrival time, tenant, and whether it is a chat."""
     good, skipped = [], []
-    with path.open("rb") as f:
+    with _open(path) as f:
         for number, raw in enumerate(f, start=1):
             where = f"{path}:{number}"
             try:
@@ -79,9 +107,7 @@ def _parse_lines(path: Path, tokenizer, skip_bad: bool) -> tuple[list[dict], lis
                     raise AuditInputError(f"{where}: not JSON ({error.msg}); each line must be one object, e.g. "
                                           '{"prompt": "..."}') from error
                 text, chat = _record_text(record, tokenizer, where)
-                arrival = record.get("arrival_s")
-                if arrival is not None and not isinstance(arrival, (int, float)):
-                    raise AuditInputError(f"{where}: 'arrival_s' must be a number of seconds, not {arrival!r}")
+                arrival = _arrival(record, where)
                 tenant, salt = record.get("tenant", record.get("user")), record.get("cache_salt")
                 if salt is not None and (not isinstance(salt, str) or not salt):
                     raise AuditInputError(f"{where}: 'cache_salt' must be a non-empty string, not {salt!r}")
@@ -96,7 +122,8 @@ def _parse_lines(path: Path, tokenizer, skip_bad: bool) -> tuple[list[dict], lis
 
 def read_prompts(path: str | Path, tokenizer, *, max_model_len: int | None = None, skip_bad: bool = False,
                  progress: bool = True) -> Prompts:
-    """Read and tokenize a JSONL prompts file, in arrival order when it gives arrival times. Bad lines raise
+    """Read and tokenize a JSONL prompts file (`.jsonl` or `.jsonl.gz`), in arrival order when it gives arrival
+    times or timestamps (lines without one keep their place after those with one). Bad lines raise
     AuditInputError naming the file and line, or with `skip_bad` are skipped and listed in `skipped`."""
     from tqdm.auto import tqdm
 
