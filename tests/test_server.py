@@ -55,9 +55,31 @@ def test_serves_streams_reports_cached_tokens_and_stops_cleanly():
             sum(r.cached_tokens for r in results), "usage and /metrics agree"
         hits = [row["vllm:prefix_cache_hits_total"] for row in scrapes]
         assert hits == sorted(hits)
+        assert_the_audit_renders_a_chat_as_the_server_does(server, client)
         pgid = server.process.pid
     assert server.process.poll() is not None
     assert not port_open(server.port) and not process_group_alive(pgid), "nothing outlives the server"
+
+
+def assert_the_audit_renders_a_chat_as_the_server_does(server, client) -> None:
+    """The audit caches what the server caches only if it renders a log's `messages` as the server does: the same
+    messages through the server's chat endpoint give the same prompt tokens as the audit's reading of them."""
+    import tempfile
+    from pathlib import Path
+
+    from lab.audit.prompts import load_tokenizer, read_prompts
+
+    chats = [[{"role": "user", "content": "Where is my parcel?"}],
+             [{"role": "system", "content": "You answer for an online bookshop."},
+              {"role": "user", "content": "Can I return a book?"},
+              {"role": "assistant", "content": "Yes, within thirty days."},
+              {"role": "user", "content": "And an e-book?"}]]
+    log = Path(tempfile.mkdtemp()) / "chats.jsonl"
+    log.write_text("".join(json.dumps({"messages": m}) + "\n" for m in chats))
+    audited = read_prompts(log, load_tokenizer(None), progress=False)
+    for messages, ids in zip(chats, audited.token_ids):
+        reply = client.chat.completions.create(model=server.model_name, messages=messages, max_tokens=1)
+        assert reply.usage.prompt_tokens == len(ids), messages
 
 
 def test_a_model_the_server_cannot_load_fails_with_its_log(tmp_path):
