@@ -63,14 +63,10 @@ def test_an_executed_lesson_is_the_lesson_as_it_stands(lesson: Path):
     """Its code is the code that ran, and its prose the source's: a change to the prose alone is brought over by
     `python -m lab.tools.promote --prose`; a change to the code needs the lesson run again (`make run`, or the
     runner on that notebook with `--profile full`, then `make promote`)."""
-    from lab.tools.promote import refresh_prose
+    from lab.tools.promote import stale_prose
 
-    copy = lesson.read_bytes()
-    try:
-        assert refresh_prose(lesson, PROJECT_ROOT / "notebooks" / lesson.name) is False, \
-            "the code changed since the canonical run (None) or the prose did (True)"
-    finally:
-        lesson.write_bytes(copy)
+    assert stale_prose(lesson, PROJECT_ROOT / "notebooks" / lesson.name) == {}, \
+        "the code changed since the canonical run (None) or the prose did (the cells named)"
 
 
 @pytest.mark.parametrize("figure", sorted(COMMITTED_FIGURES_DIR.glob("*.png")), ids=lambda p: p.stem)

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from pathlib import Path
 
 import pandas as pd
 
 from lab import PROJECT_ROOT
-from lab.experiments.results import load_latest, load_latest_full_or_canonical
+from lab.experiments.results import load_latest_full_or_canonical
 
 CLAIMS_CSV = PROJECT_ROOT / "data" / "reference" / "article_claims.csv"
 SETTING = "A100 80GB, Llama-2-7b-chat, 1000 prompts"  # the article's test environment (section 4.1)
@@ -105,17 +104,17 @@ def figure_range(name: str) -> tuple[float, float] | None:
     return low, float(found["high"]) if found["high"] else low
 
 
-def measured(name: str, directory: Path | None = None) -> float | None:
+def measured(name: str) -> float | None:
     """The lab's number beside the article's figure, in the row's unit, read from the results table the row's
-    `measured` names: in `directory`, or by default the newest full run's (during `make run`, this run's), else
-    the canonical run's; None when the row names none."""
+    `measured` names: the newest full run's (during `make run`, this run's), else the canonical run's; None when
+    the row names none."""
     locator = claims().loc[name, "measured"].strip()
     if not locator:
         return None
     found = MEASURED.match(locator)
     if not found:
         raise ValueError(f"{name}: `measured` is not results:NAME[column=value&...]/column[*factor]: {locator!r}")
-    table = load_latest(found["name"], directory)[0] if directory else load_latest_full_or_canonical(found["name"])[0]
+    table = load_latest_full_or_canonical(found["name"])[0]
     for condition in found["where"].split("&"):
         column, _, value = condition.partition("=")
         table = table[table[column.strip()].astype(str) == value.strip()]

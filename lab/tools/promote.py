@@ -81,21 +81,28 @@ def readable_lesson(executed: Path, target: Path) -> Path:
     return target
 
 
-def refresh_prose(lesson: Path, source: Path) -> bool | None:
-    """The executed `lesson` with the markdown of `source` (cells matched by id), if every code cell is the one
-    that ran; None when the code differs (the lesson needs a new run), else whether anything changed."""
+def stale_prose(lesson: Path, source: Path) -> dict[str, str] | None:
+    """The markdown of `source` that the executed `lesson` lacks (cell id -> source's text), if every code cell is
+    the one that ran; None when the code differs (the lesson needs a new run)."""
     executed, current = nbformat.read(lesson, as_version=4), nbformat.read(source, as_version=4)
     ran = [c.source for c in executed.cells if c.cell_type == "code" and "injected-parameters" not in c.metadata.get("tags", [])]
     if ran != [c.source for c in current.cells if c.cell_type == "code"]:
         return None
-    by_id = {c.get("id"): c for c in current.cells if c.cell_type == "markdown"}
-    changed = False
-    for cell in executed.cells:
-        if cell.cell_type == "markdown" and cell.get("id") in by_id and cell.source != by_id[cell.get("id")].source:
-            cell.source, changed = by_id[cell.get("id")].source, True
-    if changed:
+    wanted = {c.get("id"): c.source for c in current.cells if c.cell_type == "markdown"}
+    return {c.get("id"): wanted[c.get("id")] for c in executed.cells
+            if c.cell_type == "markdown" and c.get("id") in wanted and c.source != wanted[c.get("id")]}
+
+
+def refresh_prose(lesson: Path, source: Path) -> bool | None:
+    """Bring the executed `lesson`'s markdown up to `source` (stale_prose); None when the code differs, else
+    whether anything changed."""
+    stale = stale_prose(lesson, source)
+    if stale:
+        executed = nbformat.read(lesson, as_version=4)
+        for cell in executed.cells:
+            cell.source = stale.get(cell.get("id"), cell.source) if cell.cell_type == "markdown" else cell.source
         nbformat.write(executed, lesson)
-    return changed
+    return None if stale is None else bool(stale)
 
 
 def promote_figures(runs: dict[str, str], source: Path, committed: Path = COMMITTED_FIGURES_DIR) -> list[Path]:
