@@ -41,10 +41,11 @@ def pytest_ignore_collect(collection_path, config):
 
 # The longest files first (seconds each in a CI run on 2 cores): the two xdist workers take files in this order, so
 # a long file started last cannot leave one worker running alone at the end (the browser tests once did, ~1 min).
-LONGEST_FIRST = ("tests/test_browser.py", "notebooks/10_routing.ipynb", "notebooks/14_capacity.ipynb",
-                 "notebooks/07_warmup_and_eviction.ipynb", "notebooks/05_cache_on_vs_off.ipynb",
-                 "notebooks/13_why_it_missed.ipynb", "notebooks/15_model_size.ipynb", "notebooks/04_block_size_sweep.ipynb",
-                 "notebooks/08_serving_and_metrics.ipynb",
+LONGEST_FIRST = ("tests/test_browser.py", "notebooks/11_routing.ipynb", "notebooks/17_capacity.ipynb",
+                 "notebooks/16_gain_vs_hit_rate.ipynb", "notebooks/07_cache_warmup.ipynb",
+                 "notebooks/05_cache_on_vs_off.ipynb", "notebooks/08_eviction.ipynb",
+                 "notebooks/14_why_it_missed.ipynb", "notebooks/18_model_size.ipynb", "notebooks/04_block_size_sweep.ipynb",
+                 "notebooks/09_serving_and_metrics.ipynb",
                  "notebooks/03_ttft_breakdown.ipynb", "tests/test_workshop.py", "tests/test_smollm2_vllm.py",
                  "tests/test_packaged_model.py")
 

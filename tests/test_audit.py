@@ -74,7 +74,7 @@ def test_the_summary_hit_rates_are_prefix_cache_replays(timestamp_audit, tok, tm
 
 
 def test_prompts_that_share_their_start_have_no_field_to_move(tmp_path):
-    """(The real engine's confirmation is checked against the replay in notebooks/17_your_workload.ipynb.)"""
+    """(The real engine's confirmation is checked against the replay in notebooks/20_your_workload.ipynb.)"""
     rng = random.Random(0)
     path = write_jsonl(tmp_path / "shared.jsonl",
                        [{"prompt": f"{SHARED}\nQuestion {i}: {text_of_tokens(rng, 30, 'all')}"} for i in range(12)])
@@ -206,6 +206,34 @@ def test_a_gzipped_log_reads_as_the_plain_one(tmp_path, tok):
     packed = tmp_path / "log.jsonl.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     assert read_prompts(packed, tok, progress=False).token_ids == read_prompts(plain, tok, progress=False).token_ids
+
+
+def test_a_parquet_log_reads_as_the_jsonl_one(tmp_path, tok):
+    """Rows as lines: prompts or chat messages (a list of structs), a timestamp column that orders them, tenants;
+    a row with a bad field is named by its row number."""
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lines = [{"prompt": "second", "timestamp": "2026-12-01T09:00:02+00:00", "tenant": "b"},
+             {"messages": [{"role": "user", "content": "first"}], "timestamp": "2026-12-01T09:00:01+00:00",
+              "tenant": "a"}]
+    jsonl = read_prompts(write_jsonl(tmp_path / "log.jsonl", lines), tok, progress=False)
+    table = pa.table({"prompt": ["second", None],
+                      "messages": [None, [{"role": "user", "content": "first"}]],
+                      "timestamp": [datetime(2026, 12, 1, 9, 0, s, tzinfo=UTC) for s in (2, 1)],
+                      "tenant": ["b", "a"]})
+    pq.write_table(table, tmp_path / "log.parquet")
+    parquet = read_prompts(tmp_path / "log.parquet", tok, progress=False)
+    assert parquet.token_ids == jsonl.token_ids and parquet.tenants == jsonl.tenants == ["a", "b"]
+    assert parquet.lines == jsonl.lines == [2, 1]
+    pq.write_table(pa.table({"prompt": ["fine", "also fine"], "cache_salt": [None, ""]}), tmp_path / "bad.parquet")
+    with pytest.raises(AuditInputError, match=r"bad.parquet: row 2: 'cache_salt' must be a non-empty string"):
+        read_prompts(tmp_path / "bad.parquet", tok, progress=False)
+    (tmp_path / "not.parquet").write_text("{}")
+    with pytest.raises(AuditInputError, match=r"not.parquet: not a Parquet file"):
+        read_prompts(tmp_path / "not.parquet", tok, progress=False)
 
 
 def test_a_chats_tools_go_to_the_template_as_the_server_sends_them(tmp_path, tok):

@@ -88,9 +88,20 @@ def test_too_few_ratios_for_a_bootstrap_give_their_range():
 
 
 def test_a_zero_hit_interval_needs_two_pairs():
-    """(The runs themselves, alternating off/on and sharing nothing, are checked in notebooks/14_capacity.ipynb.)"""
+    """(The runs themselves, alternating off/on and sharing nothing, are checked in notebooks/17_capacity.ipynb.)"""
     from lab.core.model import ensure_model
 
     prompts = shared_fraction_prompts(tokenizer_for(None), 4, 0.0, 256)
     with pytest.raises(ValueError, match="pairs=1"):
         zero_hit_runs(str(ensure_model()), prompts, pairs=1, block_size=BLOCK, max_tokens=2)
+
+
+def test_the_rate_search_finds_a_threshold_from_any_bracket():
+    """One search for the engine's capacity and the cost model's: the highest rate that meets, to within the
+    tolerance, whether the bracket starts below, around or above it; 0 when nothing above the floor meets."""
+    from lab.experiments.capacity import highest_rate_meeting
+
+    for low, high in ((0.5, 1.0), (2.0, 64.0), (100.0, 200.0)):
+        found = highest_rate_meeting(lambda rate: rate <= 7.3, low=low, high=high, tolerance=0.05, floor=0.01)
+        assert 7.3 / 1.05 <= found <= 7.3
+    assert highest_rate_meeting(lambda rate: False, low=1.0, high=2.0, tolerance=0.05, floor=0.01) == 0.0

@@ -1,6 +1,6 @@
 """The engine's cost model (lab.experiments.cost_model): the scheduler replay on cases worked by hand, a fit that
 recovers known costs, and projections that stay within their bounds. Its accuracy against the real engine is
-measured in notebook 13 (full profile) and recorded in docs/RESULTS.md."""
+measured in notebook 15 (full profile) and recorded in docs/RESULTS.md."""
 
 import numpy as np
 import pandas as pd

@@ -1,5 +1,5 @@
 """Resubmitting failed streams (lab.serving.client.Retry) and the fault run's accounting (lab.serving.failover).
-The real fault runs, a replica SIGKILLed behind the real router, are notebook 12's (run by nbval)."""
+The real fault runs, a replica SIGKILLed behind the real router, are notebook 13's (run by nbval)."""
 
 import math
 from types import SimpleNamespace

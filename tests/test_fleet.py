@@ -1,5 +1,5 @@
 """lab.serving.fleet and lab.serving.routing: bad fleets fail before any process starts. The real fleet (two replicas
-behind the real vllm-router, counted, switched between policies, stopped clean) runs in notebook 10, whose checks
+behind the real vllm-router, counted, switched between policies, stopped clean) runs in notebook 11, whose checks
 nbval runs in CI."""
 
 import os

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from lab.core.prefix_cache import PrefixCache
 from lab.experiments.fleet_sim import (
-    POLICIES,
     SIM_POLICIES,
+    SIMULATED_ROUTER_POLICIES,
     CacheAwareKnobs,
     FleetSim,
     hash_requests,
@@ -123,7 +123,7 @@ def test_the_upper_bound_is_a_cache_that_never_evicts():
     cache = PrefixCache(num_blocks=1000, block_size=BLOCK)
     hits = sum(cache.allocate(str(i), r) for i, r in enumerate(requests))
     assert upper_bound_hit_rate(requests, BLOCK) == hits / sum(map(len, requests))
-    for policy in POLICIES:
+    for policy in SIMULATED_ROUTER_POLICIES:
         routed = FleetSim(3, policy, kv_blocks=16, block_size=BLOCK).run(requests, concurrency=3)
         assert summarize_sim(routed, 3).fleet_hit_rate <= upper_bound_hit_rate(requests, BLOCK)
 

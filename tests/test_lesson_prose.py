@@ -5,7 +5,7 @@ own numbers) must be one of these, and the scan below fails on any other:
 - a literal written as code: `32`, `shared_system_tokens`, `1 / (1 - h)` (a parameter, a constant, a formula);
 - part of a name, a size or an ordinal: p99, float32, SmolLM2-135M, vLLM V1, 7B, 80GB, Apache-2.0, 1st (a factor
   such as 3.7x or x4.48 is a result, and is not allowed);
-- a version, a year, a citation (#2762, CVE-2025-46570, a link), a notebook (05, 10_routing), a section or a list
+- a version, a year, a citation (#2762, CVE-2025-46570, a link), a notebook (05, 11_routing), a section or a list
   number;
 - the source article's own figure, as the ledger (data/reference/article_claims.csv) records it, in a paragraph
   that names the article;
@@ -25,7 +25,7 @@ ALLOWED = [
     r"`[^`]*`",                                   # code: literals, parameters, formulas
     r"\[[^\]]*\]\([^)]*\)", r"https?://\S+",      # links
     r"(?:#|CVE-|GHSA-|arXiv:|vllm==|v)\d[\w.\-]*", r"\b\d+\.\d+\.\d+\b", r"\b(?:19|20)\d\d\b",  # citations, versions
-    r"\b\d\d_\w+", r"\b(?:0\d|1[0-7])\b(?=[',’ );:]|\.(?!\d)|$)",  # notebooks
+    r"\b\d\d_\w+", r"\b(?:" + "|".join(p.name[:2] for p in all_notebooks()) + r")\b(?=[',’ );:]|\.(?!\d)|$)",  # notebooks
     r"\b(?!x\d)[A-Za-z]+[-.]?\d[\w.\-]*",  # names: p99, float32, SmolLM2-135M, V1 (not a factor: x4.48)
     r"\b\d+(?:\.\d+)?(?:B|M|K|GB|GiB|MB|TB|D|st|nd|rd|th)\b",  # sizes and ordinals: 7B, 80GB, 2D, 1st
     r"1\s*/\s*\(1\s*[−-]\s*[^)]*\)", r"\(1\s*[−-]\s*\*?h\*?\)",  # the bound, in prose
@@ -84,9 +84,9 @@ def test_the_scan_finds_a_typed_result_and_lets_the_allowed_forms_pass():
     assert typed_numbers("Caching saved 1,234 tokens.", figures) == ["Caching saved 1,234 tokens."]
     assert len(typed_numbers("B came 3.7x sooner, a gain of x4.48.", figures)) == 2, "a factor is a result"
     assert typed_numbers("We measured 2.35 s.", figures) == ["We measured 2.35 s."], "the article's figure, as ours"
-    assert typed_numbers("It took 12.5 s, see notebook 12.", figures) == ["It took 12.5 s, see notebook  ."]
+    assert typed_numbers("It took 12.5 s, see notebook 13.", figures) == ["It took 12.5 s, see notebook  ."]
     allowed = ("## 3 · Capacity at 2 rates\n`block_size = 32`, p99 TTFT, float32, vLLM V1, a 7B model on 80GB, "
                "PR [#2762](https://github.com/vllm-project/vllm/pull/2762), CVE-2025-46570, vllm==0.3.0, "
-               "notebook 05's curve and 10_routing, section 2, 1 / (1 - h).\nThe article's 2.35 s (2350 ms).\n"
+               "notebook 05's curve and 11_routing, section 2, 1 / (1 - h).\nThe article's 2.35 s (2350 ms).\n"
                "1. a list item")
     assert typed_numbers(allowed, figures) == []

@@ -1,3 +1,5 @@
+import math
+
 import pandas as pd
 import pytest
 
@@ -89,3 +91,12 @@ def test_sequential_mode_never_queues(llm, prompts):
     assert df.arrival_s.is_monotonic_increasing
     assert (df.arrival_s.iloc[1:].values >= (df.arrival_s + df.e2e_s).iloc[:-1].values - 0.01).all(), \
         "each request is sent after the previous one finished"
+
+
+def test_the_offered_rate_is_what_the_times_delivered():
+    """One definition for the engine's arrivals and the benchmark client's send times."""
+    from lab.experiments.measure import offered_rate
+
+    assert offered_rate([0.0, 1.0, 2.0, 4.0]) == 0.75
+    assert offered_rate([3.0, 3.0]) == float("inf"), "all at once"
+    assert math.isnan(offered_rate([1.0]))

@@ -1,5 +1,5 @@
 """Miss attribution (lab.audit.misses): one cause per uncached token, adding up exactly, each cause where it belongs.
-The same attribution against the real engine runs in notebook 13 (lab.audit.reconcile)."""
+The same attribution against the real engine runs in notebook 14 (lab.audit.reconcile)."""
 
 import random
 

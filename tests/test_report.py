@@ -163,27 +163,27 @@ def test_the_readme_is_a_front_door():
 
 
 def test_the_capacity_section_comes_from_the_capacity_results(results):
-    env = environment(notebook="14_capacity", gain_prompts=8, prompt_tokens=512, block_size=32, rates=[4, 16],
+    env = environment(notebook="17_capacity", gain_prompts=8, prompt_tokens=512, block_size=32, rates=[4, 16],
                       seconds_per_rate=1.5, target_factor=3, zero_hit_pairs=2, zero_hit_prompts=8,
                       article_1000_hit_rate=0.845)
     save_results(pd.DataFrame({"shared_fraction": [0.0, 0.9], "hit_rate": [0.0, 0.8], "bound": [1.0, 5.0],
-                               "throughput_gain": [1.0, 3.0], "ttft_change": [0.0, -0.6]}), "14_capacity-gain", env)
+                               "throughput_gain": [1.0, 3.0], "ttft_change": [0.0, -0.6]}), "16_gain_vs_hit_rate-gain", env)
     save_results(pd.DataFrame({"model": ["measured here", "A100 projection"], "x": [0.6, 0.46], "y": [0.66, 0.47]}),
-                 "14_capacity-implied_hit_rate", env)
+                 "16_gain_vs_hit_rate-implied_hit_rate", env)
     save_results(pd.DataFrame({"dataset": ["custom"], "target p99 TTFT (ms)": [300.0], "capacity off (req/s)": [4.0],
                                "capacity on (req/s)": [16.0], "capacity ratio": [4.0],
-                               "hit rate (on, highest rate)": [0.7], "bound 1/(1-h)": [3.33]}), "14_capacity-capacity", env)
+                               "hit rate (on, highest rate)": [0.7], "bound 1/(1-h)": [3.33]}), "17_capacity-capacity", env)
     save_results(pd.DataFrame({"dataset": ["custom"] * 4, "caching": ["off", "off", "on", "on"],
-                               "request_rate": [4, 16] * 2, "p99_ttft_ms": [200, 900, 100, 250]}), "14_capacity-sweep", env)
+                               "request_rate": [4, 16] * 2, "p99_ttft_ms": [200, 900, 100, 250]}), "17_capacity-sweep", env)
     save_results(pd.DataFrame({"pair": [0, 0], "caching": ["off", "on"], "ratio": [0.99] * 2, "low": [0.95] * 2,
-                               "high": [1.03] * 2}), "14_capacity-zero_hit", env)
+                               "high": [1.03] * 2}), "16_gain_vs_hit_rate-zero_hit", env)
     capacity = results_context()["capacity"]
     assert (capacity["implied_low"], capacity["implied_high"]) == (0.46, 0.66)
     assert (capacity["zero_ratio"], capacity["zero_low"], capacity["zero_high"]) == (0.99, 0.95, 1.03)
     curve, cap = tables(results_section())[2:4]
     assert row(curve, "0.9") == ["0.8", "5", "3", "-60%"]
     assert row(cap, "custom") == ["300", "4-16", ">= 16", "4.00x", "0.7", "3.33"], "met at 4, missed at 16; on never missed"
-    assert "../figures/14_capacity-gain_vs_hit_rate.png" in results_section()
+    assert "../figures/16_gain_vs_hit_rate-gain_vs_hit_rate.png" in results_section()
 
 
 def test_the_verdict_table_counts_the_ledger(results):
@@ -212,24 +212,24 @@ def test_the_routing_section_comes_from_the_routing_results(results):
     save_results(pd.DataFrame({"policy": ["round_robin", "cache_aware"], "fleet_hit_rate": [0.49, 0.82],
                                "p50_ttft_ms": [994.0, 526.0], "p99_ttft_ms": [2594.0, 1513.0],
                                "requests_per_replica": ["12/12", "13/11"], "imbalance": [1.0, 1.08]}),
-                 "10_routing-policies", env)
+                 "11_routing-policies", env)
     save_results(pd.DataFrame({"shape": ["tenants", "skewed"], "policy": ["round_robin", "round_robin"],
                                "real hit rate": [0.5, 0.6], "sim hit rate": [0.542, 0.58],
                                "hit rate difference": [0.042, -0.02], "real p50 TTFT ms": [900.0, 800.0],
-                               "sim p50 TTFT ms": [220.0, 200.0]}), "10_routing-sim_vs_real", env)
+                               "sim p50 TTFT ms": [220.0, 200.0]}), "11_routing-sim_vs_real", env)
     save_results(pd.DataFrame({"replicas": [2, 64, 64], "policy": ["cache_aware", "cache_aware", "round_robin"],
-                               "fraction_of_ideal": [1.0, 0.95, 0.02]}), "11_fleet_simulator-sim_sweep", env)
+                               "fraction_of_ideal": [1.0, 0.95, 0.02]}), "12_fleet_simulator-sim_sweep", env)
     save_results(pd.DataFrame([{"kill_after_answered": 2, "sent": 24, "answered": 24, "resubmitted": 3, "failed": 0,
                                 "router_retried_sends": 6, "extra_prefill_tokens": 2016,
                                 "p50_ttft_ms_resubmitted": 1000.0, "p50_ttft_ms_rest": 200.0, "recovery_s": 0.3}]),
-                 "12_replica_failure-fault", env)
-    save_results(pd.DataFrame([{"share_of_requests": 0.4, "share_of_hits": 0.3}]), "12_replica_failure-rejoin", env)
+                 "13_replica_failure-fault", env)
+    save_results(pd.DataFrame([{"share_of_requests": 0.4, "share_of_hits": 0.3}]), "13_replica_failure-rejoin", env)
     save_results(pd.DataFrame({"policy": ["(hashing the trace once)", "round_robin", "kv_cost"], "seconds": [1.0, 4.9, 8.8],
-                               "requests": 10000, "replicas": 64}), "11_fleet_simulator-sim_timing", env)
+                               "requests": 10000, "replicas": 64}), "12_fleet_simulator-sim_timing", env)
     save_results(pd.DataFrame({"run": ["cold, 1 in flight", "cold, 6 in flight"], "kv_aware hit rate": [0.62, 0.43],
                                "cache_aware hit rate": [0.62, 0.74],
                                "decisions": [16, 16], "credited nothing": [4, 10], "tenants": [4, 4]}),
-                 "10_routing-kv_aware", env)
+                 "11_routing-kv_aware", env)
     routing = results_context()["routing"]
     assert routing["timing"] == [{"requests": 10000, "replicas": 64, "router_s": pytest.approx(5.9),
                                   "all_s": pytest.approx(14.7), "policies": 2}], "kv_cost is not vllm-router's"
@@ -242,22 +242,22 @@ def test_the_routing_section_comes_from_the_routing_results(results):
     assert row(policies, "cache_aware") == ["0.82", "526", "1,513", "13/11", "1.08"]
     assert row(agreement, "skewed") == ["round_robin", "0.6", "0.58", "-0.02", "800", "200"]
     assert row(faults, "2") == ["24", "24", "3", "6", "2,016", "1,000", "200", "0.3"]
-    assert "../figures/10_routing-hit_rate.png" in text and "33 ms + 58 ms per 1,000 uncached tokens" in text
+    assert "../figures/11_routing-hit_rate.png" in text and "33 ms + 58 ms per 1,000 uncached tokens" in text
     assert "40% of the requests" in text
 
 
 def test_the_audit_section_comes_from_the_audit_results(results):
-    assert results_context()["audit"] is None, "nothing before notebook 17 has run"
-    env = environment(notebook="17_your_workload")
+    assert results_context()["audit"] is None, "nothing before notebook 20 has run"
+    env = environment(notebook="20_your_workload")
     save_results(pd.DataFrame([
         {"workload": "customer_service", "prompts": 300, "recommended_block_size": 32, "hit_rate": 0.675,
          "radix_hit_rate": 0.688, "projected_throughput_gain": 2.92, "measured_throughput_gain": 2.14,
          "sample_prompts": 24, "projected_sample_throughput_gain": 2.4,
          "recommended_policy": "cache_aware --cache-threshold 0.5", "salted_hit_rate": 0.31},
         {"workload": "timestamped", "prompts": 120, "recommended_block_size": 128, "hit_rate": 0.0,
-         "hit_rate_after_moving_fields": 0.86, "fields": "Current time: + Request id:"}]), "17_your_workload-audit", env)
+         "hit_rate_after_moving_fields": 0.86, "fields": "Current time: + Request id:"}]), "20_your_workload-audit", env)
     save_results(pd.DataFrame({"section": ["read and tokenize", "hit rates"], "seconds": [100.0, 50.0]}),
-                 "17_your_workload-scale", environment(prompts=100000, mean_prompt_tokens=1017.0))
+                 "20_your_workload-scale", environment(prompts=100000, mean_prompt_tokens=1017.0))
     audit = results_context()["audit"]
     assert audit["bot"] | {"policy": None} == {"prompts": 300, "hit_rate": 0.675, "block_size": 32, "radix_hit_rate": 0.688,
                                                "projected": 2.92, "measured": 2.14, "policy": None, "salted": 0.31,
@@ -269,15 +269,15 @@ def test_the_audit_section_comes_from_the_audit_results(results):
         assert number in text
 
 
-def test_the_why_section_comes_from_notebook_12s_results(results):
-    assert results_context()["why"] is None, "nothing before notebook 13 has run"
+def test_the_why_section_comes_from_notebook_14s_results(results):
+    assert results_context()["why"] is None, "nothing before notebook 14 has run"
     checks = pd.DataFrame({"check": ["requests whose cached tokens match"], "lab": [64], "engine": [63], "agree": ["no"]})
-    save_results(checks, "13_why_it_missed-reconcile", environment(notebook="13_why_it_missed"))
+    save_results(checks, "14_why_it_missed-reconcile", environment(notebook="14_why_it_missed"))
     validation = pd.DataFrame({"workload": ["chat", "rag_long"], "prompts": [96, 48], "hit_rate": [0.5, 0.6],
                                "naive_bound": [2.0, 2.5], "projected_gain": [1.9, 2.2], "throughput_gain": [1.8, 2.1],
                                "gain_error": [0.056, 0.048], "projected_ttft_change": [-0.3, -0.4],
                                "ttft_change": [-0.31, -0.43], "ttft_error": [0.014, 0.053]})
-    save_results(validation, "13_why_it_missed-projection", environment(cost_model="cost-model-x-cpu-1"))
+    save_results(validation, "15_cost_model-projection", environment(cost_model="cost-model-x-cpu-1"))
     why = results_context()["why"]
     assert why["validation"]["worst_gain"] == 0.056 and why["validation"]["worst_ttft"] == 0.053
     text = results_section()
@@ -286,18 +286,18 @@ def test_the_why_section_comes_from_notebook_12s_results(results):
 
 
 def test_the_model_size_section_comes_from_notebook_13s_results(results):
-    assert results_context()["size"] is None, "nothing before notebook 15 has run"
+    assert results_context()["size"] is None, "nothing before notebook 18 has run"
     table = pd.DataFrame({"model": ["tiny", "SmolLM2-135M-Instruct", "Llama-2-7B on an A100", "the article"],
                           "parameters": [4458752, 134515008, 6740000000, 6740000000],
                           "source": ["measured here", "measured here", "projected (lab's model)", "the article's figures"],
                           "hit_rate": [0.703, 0.703, 0.703, float("nan")], "bound": [3.37, 3.37, 3.37, float("nan")],
                           "throughput_gain": [3.2, 3.1, 3.07, 1.82], "share_of_bound": [0.95, 0.92, 0.91, float("nan")],
                           "ttft_change": [-0.6, -0.59, -0.67, -0.46], "mean_ttft_ms_off": [700.0, 8000.0, None, None]})
-    save_results(table, "15_model_size", environment(notebook="15_model_size"))
+    save_results(table, "18_model_size", environment(notebook="18_model_size"))
     text = results_section()
     sizes = next(t for t in tables(text) if "share_of_bound" in t.columns)
     assert "mean_ttft_ms_off" not in sizes.columns
     assert row(sizes, "SmolLM2-135M-Instruct") == ["134,515,008", "measured here", "0.703", "3.37", "3.1", "0.92", "-0.59"]
     assert row(sizes, "the article") == ["6,740,000,000", "the article's figures", "", "", "1.82", "", "-0.46"]
-    assert "**Model size** (`15_model_size`, run `15_model_size-" in text
-    assert "../figures/15_model_size-gain.png" in text
+    assert "**Model size** (`18_model_size`, run `18_model_size-" in text
+    assert "../figures/18_model_size-gain.png" in text

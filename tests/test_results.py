@@ -80,8 +80,8 @@ def test_every_canonical_result_is_one_run_per_name_with_its_provenance():
 
 
 def test_without_a_run_here_the_canonical_run_is_read(results_dir):
-    df, meta = load_latest_or_canonical("14_capacity-gain")
-    assert meta["name"] == "14_capacity-gain" and len(df) > 0
+    df, meta = load_latest_or_canonical("16_gain_vs_hit_rate-gain")
+    assert meta["name"] == "16_gain_vs_hit_rate-gain" and len(df) > 0
     with pytest.raises(FileNotFoundError, match="no results named 'nothing'"):
         load_latest_or_canonical("nothing")
 

@@ -79,7 +79,7 @@ def test_the_exported_dataset_is_what_vllm_reads(dataset):
 
 def test_find_capacity_bisects_to_within_the_tolerance(monkeypatch):
     """The search alone (bench_serve replaced by a p99 that grows with the rate: 10 ms per request/s); the real
-    benchmark runs in notebooks/14_capacity.ipynb."""
+    benchmark runs in notebooks/17_capacity.ipynb."""
     import lab.experiments.serving_bench as serving_bench
 
     class Server:

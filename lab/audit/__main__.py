@@ -13,7 +13,7 @@ from lab.audit.report import terminal_summary, write_report
 def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m lab.audit", description=__doc__.split("\n\n")[0])
-    parser.add_argument("prompts", help="JSONL file (or .jsonl.gz): one {\"prompt\": ...} or {\"messages\": [...], "
+    parser.add_argument("prompts", help="JSONL (.jsonl, .jsonl.gz) or Parquet: one {\"prompt\": ...} or {\"messages\": [...], "
                         "\"tools\": [...]} per line; with \"timestamp\" (ISO 8601 or epoch seconds) or \"arrival_s\", "
                         "replayed in arrival order; optional \"tenant\" and \"cache_salt\"")
     parser.add_argument("--model", help="local Hugging Face model directory for the tokenizer (default: the lab's)")

@@ -53,8 +53,8 @@ def _common_prefix_length(a: str, b: str) -> int:
     return lo
 
 
-def divergence_points(texts: Sequence[str]) -> list[int]:
-    """Per prompt, where it stops sharing with the prompt most like it: the longest common prefix with any
+def shared_prefix_lengths(texts: Sequence[str]) -> list[int]:
+    """Per prompt, where it stops sharing with the prompt most like it, in characters: the longest common prefix with any
     other prompt, which is always with a neighbour in sorted order."""
     order = sorted(range(len(texts)), key=texts.__getitem__)
     points = [0] * len(texts)
@@ -98,7 +98,7 @@ def find_breaking_field(texts: Sequence[str], min_share: float = 0.2,
     found: Counter[str] = Counter()
     values: dict[str, list[str]] = {}
     where: dict[str, list[str]] = {}
-    for text, point in zip(texts, divergence_points(texts)):
+    for text, point in zip(texts, shared_prefix_lengths(texts)):
         start, end = _line_at(text, point)
         if point >= len(text) or all(line.startswith(tuple(moved)) for line in text[end + 1:].split("\n") if line):
             continue
@@ -125,7 +125,7 @@ class Divergence:
 def where_prompts_diverge(texts: Sequence[str], top: int = 3) -> Divergence:
     """Where prompts stop sharing with the prompt most like them: the median share of a prompt's characters
     that come before that point, and the most common line labels there (with the number of prompts)."""
-    points = divergence_points(texts)
+    points = shared_prefix_lengths(texts)
     labels = Counter(line_label(t[_line_at(t, p)[0]:p]) for t, p in zip(texts, points) if p < len(t))
     return Divergence(float(np.median([p / len(t) for t, p in zip(texts, points)])), labels.most_common(top))
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from lab.audit.replay import replay_hit_rate
-from lab.experiments.fleet_sim import POLICIES, CacheAwareKnobs, FleetSim, summarize_sim
+from lab.experiments.fleet_sim import SIMULATED_ROUTER_POLICIES, CacheAwareKnobs, FleetSim, summarize_sim
 
 THRESHOLDS = (0.3, 0.5, 0.8)  # cache_aware --cache-threshold values tried
 
@@ -44,7 +44,8 @@ def fleet_policies(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | N
     from tqdm.auto import tqdm
 
     keys = list(tenants) if all(t is not None for t in tenants) else None
-    runs = [(policy, threshold) for policy in POLICIES for threshold in (THRESHOLDS if policy == "cache_aware" else (None,))]
+    runs = [(policy, threshold) for policy in SIMULATED_ROUTER_POLICIES
+            for threshold in (THRESHOLDS if policy == "cache_aware" else (None,))]
     rows, routes = [], {}
     for policy, threshold in tqdm(runs, desc="simulating policies", disable=not progress, leave=False):
         knobs = CacheAwareKnobs(cache_threshold=threshold) if threshold is not None else None

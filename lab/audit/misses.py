@@ -24,7 +24,7 @@ windows of `WINDOW` tokens. A request's uncached tokens, from its first to its l
   difference to the end, or a position-independent cache, would reuse it. Everything else is `cold`.
 
 No cause for requests in flight: vLLM V1 registers a block's hash when it schedules the block, not when it has
-been computed, so a request that arrives while another is still computing the same prefix shares it (notebook 13
+been computed, so a request that arrives while another is still computing the same prefix shares it (notebook 14
 shows twelve simultaneous requests getting the same cached tokens as the sequential replay).
 """
 

@@ -1,13 +1,13 @@
-"""Reading a prompts file: JSONL lines (a prompt, or chat messages rendered with the model's template, tools
-included, as the server renders them), gzipped or not, in arrival order when the lines say when they came
-(`arrival_s`, or a `timestamp`: ISO 8601 or epoch seconds), tokenized, with every bad line named by file, line and
-fix."""
+"""Reading a prompts file: JSONL lines, gzipped or not, or Parquet rows (a prompt, or chat messages rendered with
+the model's template, tools included, as the server renders them), in arrival order when the records say when
+they came (`arrival_s`, or a `timestamp`: ISO 8601, epoch seconds or a Parquet timestamp), tokenized, with every
+bad record named by file, line (or row) and fix."""
 
 from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -76,6 +76,8 @@ def _arrival(record: dict, where: str) -> float | None:
         return None
     if isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
         return float(stamp)
+    if isinstance(stamp, datetime):  # a Parquet timestamp column
+        return stamp.timestamp()
     try:
         return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
     except ValueError:
@@ -83,53 +85,82 @@ def _arrival(record: dict, where: str) -> float | None:
                               "nor epoch seconds") from None
 
 
-def _open(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+def _parquet_rows(path: Path) -> Iterator[tuple[str, dict]]:
+    """(where, record) per row of a Parquet file, read a batch at a time; null fields are left out."""
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.ParquetFile(path)
+    except Exception as error:  # pyarrow raises ArrowInvalid or OSError on a file that is not Parquet
+        raise AuditInputError(f"{path}: not a Parquet file ({error}); write JSONL, or Parquet with a 'prompt' or "
+                              "'messages' column") from error
+    number = 0
+    for batch in rows.iter_batches(batch_size=10_000):
+        for row in batch.to_pylist():
+            number += 1
+            yield f"{path}: row {number}", {key: value for key, value in row.items() if value is not None}
+
+
+def _jsonl_line(raw: bytes, where: str) -> dict | None:
+    """One JSONL line's record (None for a blank line)."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise AuditInputError(f"{where}: not UTF-8 (byte {error.start + 1} of the line is "
+                              f"{raw[error.start:error.start + 1]!r}); save the file as UTF-8") from None
+    if not line.strip():
+        return None
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as error:
+        raise AuditInputError(f"{where}: not JSON ({error.msg}); each line must be one object, e.g. "
+                              '{"prompt": "..."}') from error
+
+
+def _records(path: Path) -> Iterator[tuple[str, int, bytes | dict]]:
+    """(where, number, raw line or record) for every line of a JSONL file (gzipped or not) or row of a Parquet file."""
+    if path.suffix == ".parquet":
+        for number, (where, record) in enumerate(_parquet_rows(path), start=1):
+            yield where, number, record
+        return
+    with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            yield f"{path}:{number}", number, raw
 
 
 def _parse_lines(path: Path, tokenizer, skip_bad: bool) -> tuple[list[dict], list[str]]:
-    """One entry per good line: text, line number, arrival time, tenant, and whether it is a chat."""
+    """One entry per good line or row: text, its number, arrival time, tenant, and whether it is a chat."""
     good, skipped = [], []
-    with _open(path) as f:
-        for number, raw in enumerate(f, start=1):
-            where = f"{path}:{number}"
-            try:
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    raise AuditInputError(f"{where}: not UTF-8 (byte {error.start + 1} of the line is "
-                                          f"{raw[error.start:error.start + 1]!r}); save the file as UTF-8") from None
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise AuditInputError(f"{where}: not JSON ({error.msg}); each line must be one object, e.g. "
-                                          '{"prompt": "..."}') from error
-                text, chat = _record_text(record, tokenizer, where)
-                arrival = _arrival(record, where)
-                tenant, salt = record.get("tenant", record.get("user")), record.get("cache_salt")
-                if salt is not None and (not isinstance(salt, str) or not salt):
-                    raise AuditInputError(f"{where}: 'cache_salt' must be a non-empty string, not {salt!r}")
-                good.append({"text": text, "line": number, "arrival_s": arrival, "chat": chat,
-                             "tenant": None if tenant is None else str(tenant), "salt": salt})
-            except AuditInputError as error:
-                if not skip_bad:
-                    raise AuditInputError(f"{error} (--skip-bad skips bad lines and counts them)") from None
-                skipped.append(str(error))
+    for where, number, raw in _records(path):
+        try:
+            record = _jsonl_line(raw, where) if isinstance(raw, bytes) else raw
+            if record is None:
+                continue
+            text, chat = _record_text(record, tokenizer, where)
+            arrival = _arrival(record, where)
+            tenant, salt = record.get("tenant", record.get("user")), record.get("cache_salt")
+            if salt is not None and (not isinstance(salt, str) or not salt):
+                raise AuditInputError(f"{where}: 'cache_salt' must be a non-empty string, not {salt!r}")
+            good.append({"text": text, "line": number, "arrival_s": arrival, "chat": chat,
+                         "tenant": None if tenant is None else str(tenant), "salt": salt})
+        except AuditInputError as error:
+            if not skip_bad:
+                raise AuditInputError(f"{error} (--skip-bad skips bad lines and counts them)") from None
+            skipped.append(str(error))
     return good, skipped
 
 
 def read_prompts(path: str | Path, tokenizer, *, max_model_len: int | None = None, skip_bad: bool = False,
                  progress: bool = True) -> Prompts:
-    """Read and tokenize a JSONL prompts file (`.jsonl` or `.jsonl.gz`), in arrival order when it gives arrival
+    """Read and tokenize a prompts file (`.jsonl`, `.jsonl.gz` or `.parquet`), in arrival order when it gives arrival
     times or timestamps (lines without one keep their place after those with one). Bad lines raise
     AuditInputError naming the file and line, or with `skip_bad` are skipped and listed in `skipped`."""
     from tqdm.auto import tqdm
 
     path = Path(path)
     if not path.is_file():
-        raise AuditInputError(f"{path}: no such file; pass a JSONL file of prompts, one {{\"prompt\": ...}} per line")
+        raise AuditInputError(f"{path}: no such file; pass a JSONL file of prompts, one {{\"prompt\": ...}} per line "
+                              "(or a Parquet file with a prompt or messages column)")
     good, skipped = _parse_lines(path, tokenizer, skip_bad)
     if not good:
         reason = f"all {len(skipped)} lines are bad" if skipped else "it is empty"

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from lab.audit.misses import Misses
+from lab.serving.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
 
 FULL_HASHES = {"VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES": "0"}  # events carry whole hashes, as the lab computes them
-COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
+COUNTERS = (PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS)
 
 
 @dataclass

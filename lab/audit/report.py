@@ -170,7 +170,7 @@ def _projection_line(r: AuditResult) -> str:
     p, a = r.projection, r.after_moving_fields
     if p is None:
         return ("  projection: no cost model for this model on this back-end; audit with --confirm N (it fits one "
-                "first, about a minute) or run notebook 13")
+                "first, about a minute) or run notebook 15")
     return (f"  projection (cost model {r.cost_model_run}, {r.cost_model_fitted_on}; first {p.prompts:,} prompts, "
             f"{p.output_tokens} output tokens each): throughput x{p.throughput_gain:.2f}, mean TTFT {p.ttft_change:+.0%} "
             f"(1/(1 - hit rate) would say x{p.naive_bound:.2f})"

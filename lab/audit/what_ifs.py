@@ -46,7 +46,7 @@ def what_ifs(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Seque
                      f"{misses.kv_tokens * misses.replicas:,} tokens: the best any routing does)",
                      _hit_rate(token_ids, misses, kv_tokens=misses.kv_tokens * misses.replicas, salts=salts)))
     if totals.salt:
-        rows.append(("salt", "no cache_salt (tenants share; the timing side channel opens, notebook 09)",
+        rows.append(("salt", "no cache_salt (tenants share; the timing side channel opens, notebook 10)",
                      _hit_rate(token_ids, misses, replica_of=replica_of, replicas=misses.replicas)))
     smaller = min((s for s in block_sizes if s < misses.block_size), default=None)
     if totals.partial_block and smaller:

@@ -34,7 +34,8 @@ VERDICTS = {
     "calibrated": "matched only by a workload built toward the article's number: consistent, not independent",
     "corrected": "wrong or incomplete as stated; the evidence shows what is true instead",
     "supported": "agrees with a source the lab reads or cites but does not run (vLLM's code, literature)",
-    "unverifiable": "needs the article's hardware, data or method, which it does not give",
+    "unverifiable": "cannot be settled here: it needs the article's hardware, data or method, which it does not give, "
+                    "or a setting this back-end does not run (block sizes under 32)",
     "not applicable": "the article's setting, not a claim",
 }
 BASES = {
@@ -46,7 +47,7 @@ BASES = {
 }
 # Evidence from workloads built toward the article's own figures: it can calibrate a claim, never reproduce it.
 CALIBRATED_EVIDENCE = {
-    "results:07_warmup_and_eviction-stages": "the customer_service generator was shaped toward the article's stage hit rates",
+    "results:07_cache_warmup-stages": "the customer_service generator was shaped toward the article's stage hit rates",
 }
 
 

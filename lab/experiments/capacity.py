@@ -10,7 +10,7 @@ the hit rate a reported gain implies, and the capacity at a TTFT target.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -25,6 +25,24 @@ A100_ACHIEVED = 0.5  # fraction of peak a prefill reaches
 A100_HBM_BYTES_PER_S = 2.0e12
 LLAMA_7B = {"params": 6.74e9, "layers": 32, "hidden": 4096, "weight_bytes": 13.5e9}
 MAX_NUM_SEQS = 256  # vLLM's default batch limit: requests decoded together
+
+
+def highest_rate_meeting(meets: Callable[[float], bool], *, low: float, high: float, tolerance: float,
+                         floor: float) -> float:
+    """The highest rate for which `meets(rate)` holds, to within `tolerance`: the bracket [`low`, `high`] is halved
+    or doubled until `low` meets and `high` misses, then split at its geometric middle until
+    high / low <= 1 + tolerance. 0.0 when even a rate below `floor` misses. Used for the engine's measured capacity
+    (`serving_bench.find_capacity`) and the cost model's projected one (`CostModel.capacity`)."""
+    while not meets(low):
+        high, low = low, low / 2
+        if low < floor:
+            return 0.0
+    while meets(high):
+        low, high = high, high * 2
+    while high / low > 1 + tolerance:
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if meets(middle) else (low, middle)
+    return low
 
 
 def check_fraction(name: str, value: float) -> None:

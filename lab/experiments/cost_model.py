@@ -151,8 +151,11 @@ class CostModel:
                 "mean_ttft_ms_off": 1e3 * float(ttft_off.mean()), "mean_ttft_ms_on": 1e3 * float(ttft_on.mean())}
 
     def p99_ttft_ms(self, prompt_tokens, cached_tokens, output_tokens: int, rate: float, seed: int = 0) -> float:
-        """p99 TTFT (ms) with Poisson arrivals at `rate` requests per second."""
-        arrivals = np.cumsum(np.random.default_rng(seed).exponential(1 / rate, len(prompt_tokens)))
+        """p99 TTFT (ms) with Poisson arrivals at `rate` requests per second, as the engine runs get them
+        (`lab.experiments.measure.arrival_times`: the first request at t = 0)."""
+        from lab.experiments.measure import arrival_times
+
+        arrivals = arrival_times(len(prompt_tokens), "online", rate, seed)
         ttft = ttfts_with_arrivals([self.costs[t] for t in TERMS], prompt_tokens, cached_tokens,
                                    [output_tokens] * len(prompt_tokens), arrivals,
                                    max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs)
@@ -167,15 +170,10 @@ class CostModel:
             n = len(prompt_tokens) if seconds is None else min(len(prompt_tokens), max(min_prompts, math.ceil(rate * seconds)))
             return self.p99_ttft_ms(prompt_tokens[:n], cached_tokens[:n], output_tokens, rate)
 
-        low, high = 0.0, 1.0
-        while p99(high) <= target_ms:
-            low, high = high, high * 2
-        while low == 0.0 or high / low > 1 + tolerance:
-            middle = (low + high) / 2 if low == 0.0 else math.sqrt(low * high)
-            if middle < 1e-3:
-                return 0.0
-            low, high = (middle, high) if p99(middle) <= target_ms else (low, middle)
-        return low
+        from lab.experiments.capacity import highest_rate_meeting
+
+        return highest_rate_meeting(lambda rate: p99(rate) <= target_ms, low=1.0, high=2.0, tolerance=tolerance,
+                                    floor=1e-3)
 
     def table(self) -> pd.DataFrame:
         return pd.DataFrame({"term": list(TERMS), "seconds": [self.costs[t] for t in TERMS]})

@@ -32,9 +32,9 @@ from lab.core.block_hash import REPLAY_HASH, chain_hashes, full_blocks, hittable
 from lab.core.prefix_cache import CacheFullError, PrefixCache
 from lab.core.radix_cache import RadixCache
 
-POLICIES = ("random", "round_robin", "power_of_two", "consistent_hash", "cache_aware")  # as vllm-router has them
+SIMULATED_ROUTER_POLICIES = ("random", "round_robin", "power_of_two", "consistent_hash", "cache_aware")  # vllm-router's
 BOUNDED_POLICIES = ("bounded_load", "kv_cost")  # not in vllm-router: each bounds what one replica takes
-SIM_POLICIES = POLICIES + BOUNDED_POLICIES
+SIM_POLICIES = SIMULATED_ROUTER_POLICIES + BOUNDED_POLICIES
 KEYED_POLICIES = ("consistent_hash", "bounded_load")  # the policies that hash a key (a tenant) onto a ring
 RING_POINTS = 64  # virtual nodes per replica on the hash ring
 
@@ -43,7 +43,7 @@ Service = Callable[[int, int], float]  # (prompt tokens, cached tokens) -> prefi
 
 @dataclass
 class CacheAwareKnobs:
-    """vllm-router 0.1.17's defaults (`vllm-router --help`)."""
+    """vllm-router 0.1.20's defaults (`vllm-router --help`)."""
 
     cache_threshold: float = 0.3  # route to the best-matching replica only above this match rate
     balance_abs_threshold: int = 64  # imbalanced when max load - min load exceeds this ...

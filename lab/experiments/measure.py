@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from lab.serving import vllm_internals
 from lab.serving.engine import check_prompts
+from lab.serving.metrics import NUM_PREEMPTIONS
 
 if TYPE_CHECKING:
     import vllm
@@ -79,7 +80,7 @@ def run_workload(
 
 def preemptions(llm) -> int:
     """vLLM's count of requests preempted so far (their KV freed under memory pressure, recomputed later)."""
-    return int(sum(m.value for m in llm.get_metrics() if m.name == "vllm:num_preemptions"))
+    return int(sum(m.value for m in llm.get_metrics() if m.name == NUM_PREEMPTIONS))
 
 
 def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time, salt_each=None):
@@ -164,7 +165,7 @@ def summarize(df: pd.DataFrame) -> pd.Series:
     }
     attrs = df.attrs
     if attrs.get("mode") == "online" and len(df) > 1:
-        summary["offered_rate_per_s"] = offered_rate(df)
+        summary["offered_rate_per_s"] = offered_rate(df.arrival_s)
     if "peak_kv_blocks" in attrs:
         summary |= {"peak_kv_blocks": attrs["peak_kv_blocks"],
                     "peak_kv_usage": attrs["peak_kv_blocks"] / attrs["kv_blocks"],
@@ -172,10 +173,14 @@ def summarize(df: pd.DataFrame) -> pd.Series:
     return pd.Series(summary, name="value")
 
 
-def offered_rate(df: pd.DataFrame) -> float:
-    """Requests per second the arrival times actually delivered (a seeded Poisson draw is not its mean rate)."""
-    span = df.arrival_s.max() - df.arrival_s.min()
-    return (len(df) - 1) / span if span > 0 else float("nan")
+def offered_rate(arrivals: Sequence[float]) -> float:
+    """Requests per second that arrival (or send) times actually delivered, (n - 1) over their span: a seeded
+    Poisson draw is not its mean rate. Infinite when they all came at once, NaN for fewer than two."""
+    times = np.asarray(arrivals, dtype=float)
+    if len(times) < 2:
+        return float("nan")
+    span = times.max() - times.min()
+    return (len(times) - 1) / span if span > 0 else float("inf")
 
 
 def compare(off: pd.Series, on: pd.Series) -> pd.DataFrame:

@@ -20,12 +20,15 @@ from tqdm.auto import tqdm
 
 from lab.checks import number_in, positive_int
 from lab.core.model import tokenizer_for
+from lab.experiments.capacity import highest_rate_meeting
+from lab.experiments.measure import offered_rate
 from lab.experiments.results import write_atomically
 from lab.serving import vllm_internals
 from lab.serving.engine_settings import model_config
+from lab.serving.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
 from lab.serving.server import VLLMServer
 
-HITS, QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
+HITS, QUERIES = PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
 
 
 def export_custom_dataset(prompts: Sequence[str], path: str | Path, *, overwrite: bool = False) -> Path:
@@ -109,7 +112,7 @@ def bench_serve(server: VLLMServer, *, request_rate: float, num_prompts: int, ou
     queries = after.get(QUERIES, 0.0) - before.get(QUERIES, 0.0)
     return {
         "request_rate": request_rate,
-        "offered_rate": _offered_rate(result),
+        "offered_rate": offered_rate(result["start_times"]),  # what the client sent, not what was asked
         "sent": sent,
         "completed": result["completed"],
         "failed": sent - result["completed"],
@@ -124,12 +127,6 @@ def bench_serve(server: VLLMServer, *, request_rate: float, num_prompts: int, ou
         # with caching off vLLM counts no queries: nothing was looked up, nothing hit
         "hit_rate": (after.get(HITS, 0.0) - before.get(HITS, 0.0)) / queries if queries else 0.0,
     }
-
-
-def _offered_rate(result: dict[str, Any]) -> float:
-    """Requests per second the client actually sent (the Poisson draw's own rate, not the one asked for)."""
-    starts = sorted(result["start_times"])
-    return (len(starts) - 1) / (starts[-1] - starts[0]) if len(starts) > 1 and starts[-1] > starts[0] else math.inf
 
 
 def sweep_rates(server: VLLMServer, rates: Sequence[float], *, seconds_per_rate: float, min_prompts: int = 8,
@@ -183,17 +180,8 @@ def find_capacity(server: VLLMServer, target_ms: float, *, low: float, high: flo
         known[rate] = runs[-1]["failed"] == 0 and runs[-1]["p99_ttft_ms"] <= target_ms
         return known[rate]
 
-    floor = 1 / seconds_per_rate
-    while not meets(low):
-        high, low = low, low / 2
-        if low < floor:
-            return 0.0, pd.DataFrame(runs)
-    while meets(high):
-        low, high = high, high * 2
-    while high / low > 1 + tolerance:
-        middle = math.sqrt(low * high)
-        low, high = (middle, high) if meets(middle) else (low, middle)
-    return low, pd.DataFrame(runs)
+    found = highest_rate_meeting(meets, low=low, high=high, tolerance=tolerance, floor=1 / seconds_per_rate)
+    return found, pd.DataFrame(runs)
 
 
 def capacity_bracket(sweep: pd.DataFrame, target_ms: float) -> tuple[float, float]:

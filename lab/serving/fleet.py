@@ -32,8 +32,8 @@ from lab.serving.engine_settings import check_block_size, model_config, resolve_
 from lab.serving.processes import ManagedProcess, executable_beside_python, free_port
 from lab.serving.server import SERVED_MODEL_NAME, VLLMServer
 
-POLICIES = ("random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
-            "sticky_least_loaded")  # vllm-router 0.1.17's --policy choices
+ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
+                   "sticky_least_loaded")  # vllm-router 0.1.20's --policy choices
 ROUTER_HINT = "install it with `pip install vllm-router==0.1.17` (it is in requirements.txt; `make test` sets it up)"
 
 
@@ -46,8 +46,8 @@ def router_executable() -> str:
 
 
 def check_policy(policy: Any) -> None:
-    if policy not in POLICIES:
-        raise ValueError(f"policy={policy!r}: vllm-router's policies are {', '.join(POLICIES)}")
+    if policy not in ROUTER_POLICIES:
+        raise ValueError(f"policy={policy!r}: vllm-router's policies are {', '.join(ROUTER_POLICIES)}")
 
 
 def check_fleet(replicas: Any, policy: Any, kv_blocks: Any, block_size: int, max_model_len: int) -> None:

@@ -9,6 +9,14 @@ import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 
+# vLLM's metric names, as /metrics spells them (counters end in _total in the text format) and, for the last two,
+# as the in-process engine's get_metrics() does
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"  # prompt tokens looked up in the prefix cache
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"  # prompt tokens found there
+REQUEST_SUCCESS = "vllm:request_success_total"
+KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"  # fraction of KV blocks in use (gauge, 0-1)
+NUM_PREEMPTIONS = "vllm:num_preemptions"
+
 
 def metrics_text(url: str) -> str:
     """GET `url` (a server's /metrics): Prometheus text."""

@@ -15,9 +15,9 @@ import pandas as pd
 
 from lab.serving.client import NO_RETRY, Retry, complete_concurrently, stream_completion
 from lab.serving.fleet import Fleet
+from lab.serving.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, REQUEST_SUCCESS
 
-COUNTERS = {"vllm:request_success_total": "requests", "vllm:prefix_cache_queries_total": "queries",
-            "vllm:prefix_cache_hits_total": "hits"}
+COUNTERS = {REQUEST_SUCCESS: "requests", PREFIX_CACHE_QUERIES: "queries", PREFIX_CACHE_HITS: "hits"}
 
 
 def replica_counters(fleet: Fleet, skip_unreachable: bool = False) -> pd.DataFrame:

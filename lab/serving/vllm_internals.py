@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lab.core.block_hash import blocks_needed
+from lab.serving.metrics import KV_CACHE_USAGE
 
 if TYPE_CHECKING:
     import vllm
@@ -97,7 +98,7 @@ def kv_blocks_in_use(llm: vllm.LLM) -> int:
     try:
         pool = block_pool(llm)
     except RuntimeError:  # engine core in another process: the usage gauge, rounded to blocks
-        usage = next(m.value for m in llm.get_metrics() if m.name == "vllm:kv_cache_usage_perc")
+        usage = next(m.value for m in llm.get_metrics() if m.name == KV_CACHE_USAGE)
         return round(usage * num_kv_blocks(llm))
     return pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()  # the null block is never free, never in use
 

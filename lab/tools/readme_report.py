@@ -50,11 +50,11 @@ LABELS = {
 FIGURES = [("with/without", "05_cache_on_vs_off-changes"), ("TTFT distribution", "05_cache_on_vs_off-ttft_cdf"),
            ("hit rate vs block size", "04_block_size_sweep-hit_rate"), ("TTFT breakdown under load", "03_ttft_breakdown-load")]
 OPTIONAL_FIGURES = {  # shown when their notebook has run
-    "capacity": [("gain vs hit rate", "14_capacity-gain_vs_hit_rate"), ("TTFT vs offered rate", "14_capacity-ttft_vs_rate")],
-    "routing": [("hit rate by routing policy", "10_routing-hit_rate"),
-                ("hits against queueing, 64 simulated replicas", "11_fleet_simulator-sim_tradeoff")],
-    "why": [("why prompt tokens missed, by lesson", "13_why_it_missed-causes")],
-    "size": [("the same hit rate on models of different size", "15_model_size-gain")],
+    "capacity": [("gain vs hit rate", "16_gain_vs_hit_rate-gain_vs_hit_rate"), ("TTFT vs offered rate", "17_capacity-ttft_vs_rate")],
+    "routing": [("hit rate by routing policy", "11_routing-hit_rate"),
+                ("hits against queueing, 64 simulated replicas", "12_fleet_simulator-sim_tradeoff")],
+    "why": [("why prompt tokens missed, by lesson", "14_why_it_missed-causes")],
+    "size": [("the same hit rate on models of different size", "18_model_size-gain")],
 }
 
 

@@ -45,13 +45,14 @@ def _capacity_range(sweep: pd.DataFrame, row: pd.Series, caching: str) -> str:
 
 
 def capacity_context() -> dict | None:
-    """The latest `14_capacity` run (None when it has not run)."""
-    gain, meta = _latest_or_none("14_capacity-gain")
-    if gain is None:
+    """The latest `16_gain_vs_hit_rate` and `17_capacity` runs (None until both have run)."""
+    gain, meta = _latest_or_none("16_gain_vs_hit_rate-gain")
+    cap, capacity_meta = _latest_or_none("17_capacity-capacity")
+    if gain is None or cap is None:
         return None
-    implied = load_latest("14_capacity-implied_hit_rate")[0].drop(columns="model").to_numpy()
-    cap, sweep = load_latest("14_capacity-capacity")[0], load_latest("14_capacity-sweep")[0]
-    zero = load_latest("14_capacity-zero_hit")[0].iloc[0]
+    implied = load_latest("16_gain_vs_hit_rate-implied_hit_rate")[0].drop(columns="model").to_numpy()
+    sweep = load_latest("17_capacity-sweep")[0]
+    zero = load_latest("16_gain_vs_hit_rate-zero_hit")[0].iloc[0]
     curve = pd.DataFrame({"shared fraction": gain.shared_fraction, "token hit rate h": gain.hit_rate,
                           "bound 1/(1-h)": gain.bound, "throughput gain": gain.throughput_gain,
                           "mean TTFT change": [f"{v:+.0%}" for v in gain.ttft_change]})
@@ -69,6 +70,7 @@ def capacity_context() -> dict | None:
     if "cost model ratio" in cap.columns:
         table["cost model ratio"] = [f"{r:.2f}x" if pd.notna(r) else "" for r in cap["cost model ratio"]]
     return {"run_id": meta["run_id"], "env": meta["environment"], "curve": markdown_table(curve),
+            "capacity_run_id": capacity_meta["run_id"], "capacity_env": capacity_meta["environment"],
             "table": markdown_table(table), "implied_low": float(np.nanmin(implied)), "implied_high": float(np.nanmax(implied)),
             "article_throughput_change": article.change_percent("requests_per_s"),
             "article_ttft_change": article.change_percent("mean_ttft_ms"),
@@ -79,13 +81,13 @@ def capacity_context() -> dict | None:
 
 
 def routing_context() -> dict | None:
-    """The latest `10_routing` run (None when it has not run)."""
-    policies, meta = _latest_or_none("10_routing-policies")
+    """The latest `11_routing` run (None when it has not run)."""
+    policies, meta = _latest_or_none("11_routing-policies")
     if policies is None:
         return None
-    agreement = load_latest("10_routing-sim_vs_real")[0]
-    sweep, sim_meta = load_latest("11_fleet_simulator-sim_sweep")
-    kv, timing = _latest_or_none("10_routing-kv_aware")[0], _latest_or_none("11_fleet_simulator-sim_timing")[0]
+    agreement = load_latest("11_routing-sim_vs_real")[0]
+    sweep, sim_meta = load_latest("12_fleet_simulator-sim_sweep")
+    kv, timing = _latest_or_none("11_routing-kv_aware")[0], _latest_or_none("12_fleet_simulator-sim_timing")[0]
     bench, bench_meta = _latest_or_none("bench_sim")  # python -m lab.experiments.bench sim
     table = pd.DataFrame({"policy": policies.policy, "fleet hit rate": policies.fleet_hit_rate,
                           "TTFT p50 (ms)": policies.p50_ttft_ms, "TTFT p99 (ms)": policies.p99_ttft_ms,
@@ -100,8 +102,8 @@ def routing_context() -> dict | None:
             "kept": list(kept.items()), "timing": None if timing is None else _timing_rows(timing),
             "bench": None if bench is None else {"run_id": bench_meta["run_id"], "rows": _timing_rows(bench),
                                                  "hardware": hardware_line(bench_meta["environment"])},
-            "faults": _fault_context(), "tradeoff": _table_or_none("11_fleet_simulator-sim_tradeoff", _tradeoff_table),
-            "load": _table_or_none("10_routing-load", _load_table),
+            "faults": _fault_context(), "tradeoff": _table_or_none("12_fleet_simulator-sim_tradeoff", _tradeoff_table),
+            "load": _table_or_none("11_routing-load", _load_table),
             "kv": None if kv is None else [
                 {"run": r["run"], "nothing": int(r["credited nothing"]), "decisions": int(r["decisions"]),
                  "tenants": int(r["tenants"]), "kv_rate": r["kv_aware hit rate"], "cache_rate": r["cache_aware hit rate"]}
@@ -133,7 +135,7 @@ def _timing_rows(timing: pd.DataFrame) -> list[dict]:
 
 
 def _fault_context() -> dict | None:
-    (faults, fault_meta), rejoins = _latest_or_none("12_replica_failure-fault"), _latest_or_none("12_replica_failure-rejoin")[0]
+    (faults, fault_meta), rejoins = _latest_or_none("13_replica_failure-fault"), _latest_or_none("13_replica_failure-rejoin")[0]
     if faults is None or "answered" not in faults:
         return None
     table = pd.DataFrame({"killed after (answers)": faults.kill_after_answered, "sent": faults.sent,
@@ -159,12 +161,12 @@ def _load_table(load: pd.DataFrame) -> pd.DataFrame:
 
 
 def audit_context() -> dict | None:
-    """The audit of notebook 17: the customer-service bot, the timestamped template, and the scale run."""
-    audit, meta = _latest_or_none("17_your_workload-audit")
+    """The audit of notebook 20: the customer-service bot, the timestamped template, and the scale run."""
+    audit, meta = _latest_or_none("20_your_workload-audit")
     if audit is None:
         return None
     bot, stamped = audit.set_index("workload").loc["customer_service"], audit.set_index("workload").loc["timestamped"]
-    scale, scale_meta = _latest_or_none("17_your_workload-scale")
+    scale, scale_meta = _latest_or_none("20_your_workload-scale")
     return {"run_id": meta["run_id"],
             "bot": {"prompts": int(bot.prompts), "hit_rate": bot.hit_rate, "block_size": int(bot.recommended_block_size),
                     "radix_hit_rate": bot.radix_hit_rate, "projected": bot.projected_throughput_gain,
@@ -180,11 +182,11 @@ def audit_context() -> dict | None:
 
 
 def why_context() -> dict | None:
-    """Notebook 13: the attribution against the engine, and the cost model's projection against measured runs."""
-    checks, meta = _latest_or_none("13_why_it_missed-reconcile")
+    """Notebooks 14 and 15: the attribution against the engine, and the cost model's projection against measured runs."""
+    checks, meta = _latest_or_none("14_why_it_missed-reconcile")
     if checks is None:
         return None
-    validation, validation_meta = _latest_or_none("13_why_it_missed-projection")
+    validation, validation_meta = _latest_or_none("15_cost_model-projection")
     return {"run_id": meta["run_id"], "checks": markdown_table(checks),
             "validation": None if validation is None else {
                 "run_id": validation_meta["run_id"], "cost_model": validation_meta["environment"]["cost_model"],
@@ -195,8 +197,8 @@ def why_context() -> dict | None:
 
 
 def size_context() -> dict | None:
-    """Notebook 15: one workload at one hit rate on models of different size, the A100 projection, the article."""
-    table, meta = _latest_or_none("15_model_size")
+    """Notebook 18: one workload at one hit rate on models of different size, the A100 projection, the article."""
+    table, meta = _latest_or_none("18_model_size")
     columns = ["model", "parameters", "source", "hit_rate", "bound", "throughput_gain", "share_of_bound", "ttft_change"]
     return table is not None and {"run_id": meta["run_id"], "hardware": hardware_line(meta["environment"]),
                                   "table": markdown_table(table[columns])} or None
