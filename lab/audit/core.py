@@ -29,6 +29,7 @@ from lab.audit.misses import attribute
 from lab.audit.projection import Confirmation, Projection, confirm_on_engine, project
 from lab.audit.prompts import DEFAULT_KV_TOKENS, Prompts, encode, load_tokenizer, read_prompts
 from lab.audit.replay import check_capacity, radix_hit_rate, replay_hit_rate
+from lab.audit.timeline import timeline
 from lab.audit.what_ifs import divergence_points, what_ifs
 from lab.checks import positive_int
 from lab.core.block_hash import REPLAY_HASH
@@ -62,6 +63,8 @@ class AuditResult:
     what_ifs: pd.DataFrame  # cause, change, hit_rate, gain_points: each cause taken away, replayed
     divergence_points: pd.DataFrame  # requests, other_prefix_tokens, position, excerpt
     fleet_misses: pd.DataFrame | None  # the same causes across the replicas, routed by the recommended policy
+    timeline: pd.DataFrame  # per window: requests, hit_rate, fleet_hit_rate, working_set_tokens, kv_tokens
+    timeline_unit: str  # the windows' unit: "seconds" of arrival time, or "requests" when the log gives no times
     fields: list[Field]
     field_sample: int  # prompts the field search read
     projection: Projection | None  # None: no cost model for this model and back-end (and no engine run to fit one)
@@ -192,8 +195,12 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
     lap("projection and confirmation")
     _, fleet_ids, fleet_tenants = _sample(prompts, fleet_sample)
     fleet = fleet_policies(fleet_ids, fleet_tenants, replicas, best_size, kv_tokens, progress=progress)
-    fleet_misses = attribute(fleet_ids, block_size=best_size, kv_tokens=kv_tokens, replicas=replicas,
-                             replica_of=fleet.routes, hash_algo=REPLAY_HASH).table() if replicas > 1 else None
+    fleet_attribution = attribute(fleet_ids, block_size=best_size, kv_tokens=kv_tokens, replicas=replicas,
+                                  replica_of=fleet.routes, hash_algo=REPLAY_HASH) if replicas > 1 else None
+    fleet_misses = fleet_attribution.table() if fleet_attribution else None
+    over_time, unit = timeline(fleet_ids, prompts.arrivals or [None] * len(prompts.token_ids), misses.requests,
+                               fleet_attribution.requests if fleet_attribution else None, block_size=best_size,
+                               kv_tokens=kv_tokens)
     lap("fleet")
     salt = salt_cost(prompts.token_ids, prompts.tenants, best_size, kv_tokens, shared=rates[best_size])
     lap("tenant salt")
@@ -203,7 +210,8 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
         prompt_tokens=PromptLengths(float(lengths.mean()), float(lengths.median()), int(lengths.max())),
         kv_tokens=kv_tokens, hit_rates=hit_rates, hit_rate_by_block_size={int(s): r for s, r in rates.items()},
         radix_hit_rate=radix, recommended_block_size=best_size, divergence=divergence, misses=misses.table(),
-        what_ifs=changes, divergence_points=points, fleet_misses=fleet_misses, fields=fields,
+        what_ifs=changes, divergence_points=points, fleet_misses=fleet_misses, timeline=over_time, timeline_unit=unit,
+        fields=fields,
         field_sample=len(texts), projection=projection, after_moving_fields=moved,
         cost_model_run=fit_meta["run_id"], cost_model_fitted_on=fit_meta["environment"]["device"],
         confirmation=confirmation, fleet=fleet, tenant_salt=salt, seconds=lap.seconds)

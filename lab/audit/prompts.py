@@ -30,6 +30,7 @@ class Prompts:
     tenants: list[str | None]
     salts: list[str | None]  # each request's cache_salt, if the file gives one
     skipped: list[str] = field(default_factory=list)  # one message per bad line skipped with skip_bad
+    arrivals: list[float | None] = field(default_factory=list)  # each request's arrival (seconds), if the file says
 
 
 def load_tokenizer(model: str | None):
@@ -188,7 +189,8 @@ def read_prompts(path: str | Path, tokenizer, *, max_model_len: int | None = Non
     if not kept:
         raise AuditInputError(f"{path}: nothing to audit, every prompt is longer than the model's context of {limit}")
     return Prompts(str(path), [g["text"] for g, _ in kept], [ids for _, ids in kept], [g["line"] for g, _ in kept],
-                   [g["tenant"] for g, _ in kept], [g["salt"] for g, _ in kept], skipped)
+                   [g["tenant"] for g, _ in kept], [g["salt"] for g, _ in kept], skipped,
+                   [g["arrival_s"] for g, _ in kept])
 
 
 def token_ids_of(tokenizer, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:

@@ -34,12 +34,33 @@ def figures(result: AuditResult) -> dict[str, object]:
         figs["What moving each field does"] = px.bar(steps, x="step", y="hit_rate", text_auto=".1%",
                                                     labels={"hit_rate": "token hit rate", "step": ""},
                                                     title="Rewritten and replayed (each step keeps the ones before)")
+    figs["Hit rate over time"] = _over_time(result)
     fleet = result.fleet.policies.assign(recommended=result.fleet.policies.policy == result.fleet.recommended_policy)
     figs["Routing across replicas (simulated)"] = px.bar(
         fleet, x="policy", y="fleet_hit_rate", color="recommended", hover_data=["imbalance"], text_auto=".1%",
         labels={"fleet_hit_rate": "fleet token hit rate"},
         title=f"{result.fleet.replicas} replicas, lab.experiments.fleet_sim")
     return figs
+
+
+def _over_time(result: AuditResult):
+    """The hit rate per window of the replay (one cache, and the fleet) above the working set against the capacity."""
+    from plotly.subplots import make_subplots
+
+    t, unit = result.timeline, result.timeline_unit
+    x_title = "seconds since the first request" if unit == "seconds" else "requests replayed"
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    fig.add_scatter(x=t.start, y=t.hit_rate, name="one cache", mode="lines+markers", row=1, col=1)
+    if t.fleet_hit_rate.notna().any():
+        fig.add_scatter(x=t.start, y=t.fleet_hit_rate, name=f"{result.fleet.replicas} replicas, routed by "
+                        f"{result.fleet.recommended_policy}", mode="lines+markers", row=1, col=1)
+    fig.add_scatter(x=t.start, y=t.working_set_tokens, name="working set (distinct blocks touched)", row=2, col=1)
+    fig.add_scatter(x=t.start, y=t.kv_tokens, name="KV capacity (one replica)", line={"dash": "dot"}, row=2, col=1)
+    fig.update_yaxes(title_text="token hit rate", tickformat=".0%", row=1, col=1)
+    fig.update_yaxes(title_text="tokens", row=2, col=1)
+    fig.update_xaxes(title_text=x_title, row=2, col=1)
+    fig.update_layout(title=f"The replay over time, window by window (the first {int(t.requests.sum()):,} requests)")
+    return fig
 
 
 def short(label: str, width: int = 40) -> str:
@@ -160,10 +181,20 @@ def terminal_summary(result: AuditResult) -> str:
     lines.append(f"  {r.fleet.replicas} replicas (simulated, {r.fleet.sample:,} prompts): recommended "
                  f"{r.fleet.recommended_policy} at {best.fleet_hit_rate:.1%}, imbalance {best.imbalance:.2f}: "
                  f"{r.fleet.reason}")
+    lines.append(_over_time_line(r))
     if t := r.tenant_salt:
         lines.append(f"  per-tenant cache_salt ({t.tenants} tenants): hit rate {t.hit_rate_shared:.1%} -> {t.hit_rate_salted:.1%}")
     lines.append("  time: " + ", ".join(f"{k} {v:.1f} s" for k, v in r.seconds.items()))
     return "\n".join(lines)
+
+
+def _over_time_line(r: AuditResult) -> str:
+    t = r.timeline
+    over = int((t.working_set_tokens > t.kv_tokens).sum())
+    unit = "of arrival time" if r.timeline_unit == "seconds" else "of requests, in file order (no timestamps)"
+    return (f"  over time ({len(t)} windows {unit}): hit rate {t.hit_rate.iloc[0]:.1%} in the first window, "
+            f"{t.hit_rate.iloc[-1]:.1%} in the last (lowest {t.hit_rate.min():.1%}); the working set exceeds one "
+            f"replica's KV capacity in {over} of them")
 
 
 def _projection_line(r: AuditResult) -> str:

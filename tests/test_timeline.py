@@ -1,0 +1,47 @@
+"""lab.audit.timeline: the replay window by window, the hit rate of one cache and of the fleet beside the working set."""
+
+import json
+
+import numpy as np
+
+from lab.audit import audit
+from lab.audit.misses import attribute
+from lab.audit.report import terminal_summary
+from lab.audit.timeline import timeline, window_of
+
+
+def test_windows_follow_the_clock_when_every_request_has_a_time():
+    window, starts, unit = window_of([0.0, 1.0, 2.0, 9.0, 10.0], windows=2)
+    assert unit == "seconds" and window.tolist() == [0, 0, 0, 1, 1] and starts.tolist() == [0.0, 5.0]
+    window, starts, unit = window_of([None, 1.0, 2.0, 3.0], windows=2)
+    assert unit == "requests" and window.tolist() == [0, 0, 1, 1] and starts.tolist() == [0.0, 2.0]
+
+
+def test_a_working_set_past_the_capacity_shows_as_a_falling_hit_rate():
+    """First a hot prefix shared by every request, then contexts that cycle through more than the cache holds."""
+    block, kv_tokens = 4, 64
+    hot = list(range(1000, 1032))  # 8 blocks
+    shared = [hot + [i] for i in range(20)]
+    cycling = [list(range(2000 + 100 * (i % 6), 2000 + 100 * (i % 6) + 32)) + [i] for i in range(20)]  # 6 x 8 blocks
+    trace = shared + cycling
+    one = attribute(trace, block_size=block, kv_tokens=kv_tokens).requests
+    fleet = attribute(trace, block_size=block, kv_tokens=kv_tokens, replicas=2, replica_of=[i % 2 for i in range(40)])
+    table, unit = timeline(trace, [float(i) for i in range(40)], one, fleet.requests, block_size=block,
+                           kv_tokens=kv_tokens, windows=2)
+    assert unit == "seconds" and table.requests.tolist() == [20, 20]
+    first, last = table.iloc[0], table.iloc[1]
+    assert first.hit_rate > 0.8 and last.hit_rate == 0, "the cycling contexts are evicted before they return"
+    assert first.working_set_tokens == 32 < kv_tokens < last.working_set_tokens == 6 * 32
+    assert np.isclose(first.hit_rate * sum(map(len, shared)), one.cached_tokens[:20].sum())
+    assert first.fleet_hit_rate < first.hit_rate, "two replicas each compute the hot prefix once"
+
+
+def test_the_audit_replays_a_timestamped_log_over_time(tmp_path):
+    lines = [{"prompt": f"System: you answer questions about order {i % 3}. " * 20 + f"Question {i}?",
+              "timestamp": 1_764_579_600 + i} for i in range(30)]
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps(line) + "\n" for line in reversed(lines)))
+    result = audit(log, kv_tokens=20_000, block_sizes=[32], replicas=2, confirm=0, progress=False)
+    assert result.timeline_unit == "seconds" and result.timeline.requests.sum() == 30
+    assert result.timeline.start.is_monotonic_increasing and result.timeline.hit_rate.iloc[-1] > 0
+    assert "over time (" in terminal_summary(result)
