@@ -2,19 +2,17 @@
 conftest.py).
 
 `make test-fast` runs what needs no engine: every test is marked `engine` that starts vLLM, a server, the
-router or JupyterLab, whether through the `engines` fixture (found here), its module (ENGINE_MODULES) or its
-own `@pytest.mark.engine`. nbval's notebook cells are marked in the root conftest.py.
+router, JupyterLab or a notebook kernel, through the `engines` fixture (found here) or its own
+`@pytest.mark.engine` (a module's `pytestmark` where every test in it does). nbval's notebook cells are marked
+in the root conftest.py.
 """
 
 import pytest
 
-ENGINE_MODULES = {"test_browser", "test_parity_vllm", "test_smollm2_vllm", "test_server", "test_serving_bench", "test_vllm_internals",
-                  "test_workshop", "test_runner"}
-
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "engines" in getattr(item, "fixturenames", ()) or item.path.stem in ENGINE_MODULES:
+        if "engines" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.engine)
 
 

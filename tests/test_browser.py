@@ -18,7 +18,8 @@ from lab.tools.notebook_server import JupyterLab
 from lab.tools.runner import NOTEBOOKS_DIR
 
 CHROMIUM = find_chrome()  # BROWSER_PATH, or chromium / chrome on the PATH
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian: apt-get install chromium)")
+pytestmark = [pytest.mark.engine,  # JupyterLab and a kernel running the lessons
+              pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian: apt-get install chromium)")]
 IN_BROWSER = ("00_quickstart.ipynb", "01_block_hashing.ipynb")
 
 # the notebook in front: other tabs stay in the page, hidden

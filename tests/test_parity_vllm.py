@@ -8,6 +8,8 @@ import pytest
 from lab.core.prefix_cache import PrefixCache
 from lab.serving.engine import generate, make_llm
 
+pytestmark = pytest.mark.engine  # every test here runs vLLM
+
 
 def next_prompt(rng, prefixes, histories, block_size, max_len):
     """A prompt from a few shared prefixes (full, block-aligned or half cuts) or extending an earlier

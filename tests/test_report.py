@@ -242,8 +242,9 @@ def test_the_routing_section_comes_from_the_routing_results(results):
     assert row(policies, "cache_aware") == ["0.82", "526", "1,513", "13/11", "1.08"]
     assert row(agreement, "skewed") == ["round_robin", "0.6", "0.58", "-0.02", "800", "200"]
     assert row(faults, "2") == ["24", "24", "3", "6", "2,016", "1,000", "200", "0.3"]
-    assert "../figures/11_routing-hit_rate.png" in text and "33 ms + 58 ms per 1,000 uncached tokens" in text
-    assert "40% of the requests" in text
+    assert "../figures/11_routing-hit_rate.png" in text
+    for number in ("33 ms", "58 ms", "1,000", "40%"):  # the TTFT model's two terms, the rejoin's share of requests
+        assert number in text, number
 
 
 def test_the_audit_section_comes_from_the_audit_results(results):
@@ -265,7 +266,7 @@ def test_the_audit_section_comes_from_the_audit_results(results):
     assert audit["stamped"] == {"fields": "Current time: + Request id:", "hit_rate": 0.0, "after": 0.86}
     assert audit["scale"]["total"] == 150 and audit["scale"]["prompts"] == 100000
     text = results_section()
-    for number in ("67.5%", "68.8%", "x2.92", "x2.14", "x2.40", "first 24 prompts", "86.0%", "100,000", "150 s"):
+    for number in ("67.5%", "68.8%", "x2.92", "x2.14", "x2.40", "24", "86.0%", "100,000", "150 s"):
         assert number in text
 
 
@@ -281,11 +282,11 @@ def test_the_why_section_comes_from_notebook_14s_results(results):
     why = results_context()["why"]
     assert why["validation"]["worst_gain"] == 0.056 and why["validation"]["worst_ttft"] == 0.053
     text = results_section()
-    for piece in ("within 5.6% of the measured one", "within\n5.3%", "cost-model-x-cpu-1", "| 64 ", "| no "):
+    for piece in ("5.6%", "5.3%", "cost-model-x-cpu-1", "| 64 ", "| no "):  # the worst errors, the fit, the table
         assert piece in text, piece
 
 
-def test_the_model_size_section_comes_from_notebook_13s_results(results):
+def test_the_model_size_section_comes_from_notebook_18s_results(results):
     assert results_context()["size"] is None, "nothing before notebook 18 has run"
     table = pd.DataFrame({"model": ["tiny", "SmolLM2-135M-Instruct", "Llama-2-7B on an A100", "the article"],
                           "parameters": [4458752, 134515008, 6740000000, 6740000000],
@@ -299,5 +300,5 @@ def test_the_model_size_section_comes_from_notebook_13s_results(results):
     assert "mean_ttft_ms_off" not in sizes.columns
     assert row(sizes, "SmolLM2-135M-Instruct") == ["134,515,008", "measured here", "0.703", "3.37", "3.1", "0.92", "-0.59"]
     assert row(sizes, "the article") == ["6,740,000,000", "the article's figures", "", "", "1.82", "", "-0.46"]
-    assert "**Model size** (`18_model_size`, run `18_model_size-" in text
+    assert "18_model_size-" in text, "the run it cites"
     assert "../figures/18_model_size-gain.png" in text

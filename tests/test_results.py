@@ -81,7 +81,9 @@ def test_every_canonical_result_is_one_run_per_name_with_its_provenance():
 
 def test_without_a_run_here_the_canonical_run_is_read(results_dir):
     df, meta = load_latest_or_canonical("16_gain_vs_hit_rate-gain")
-    assert meta["name"] == "16_gain_vs_hit_rate-gain" and len(df) > 0
+    assert meta["name"] == "16_gain_vs_hit_rate-gain" and meta["run_id"].startswith("16_gain_vs_hit_rate-gain-")
+    canonical = CANONICAL_DIR / f"{meta['run_id']}.csv"
+    assert canonical.is_file() and len(df) == len(pd.read_csv(canonical)), "the committed canonical table, whole"
     with pytest.raises(FileNotFoundError, match="no results named 'nothing'"):
         load_latest_or_canonical("nothing")
 

@@ -14,6 +14,7 @@ def make_notebook(path, body):
     return path
 
 
+@pytest.mark.engine
 def test_execute_injects_parameters_and_reports_success(tmp_path):
     nb = make_notebook(tmp_path / "01_ok.ipynb", "assert answer == 42")
     outcome = runner.execute(nb, {"answer": 42}, tmp_path / "out")
@@ -21,6 +22,7 @@ def test_execute_injects_parameters_and_reports_success(tmp_path):
     assert (tmp_path / "out" / "01_ok.ipynb").is_file()
 
 
+@pytest.mark.engine
 def test_each_run_is_named_and_the_executed_notebook_records_it(tmp_path, monkeypatch):
     """The kernel sees the run's name (its results and figures record it); the executed copy says which run it
     was and whether every cell ran, which is what `make promote` reads."""
@@ -36,6 +38,7 @@ def test_each_run_is_named_and_the_executed_notebook_records_it(tmp_path, monkey
     assert "LAB_RUN_ID" not in __import__("os").environ, "the name belongs to that run only"
 
 
+@pytest.mark.engine
 def test_execute_reports_a_failing_cell(tmp_path):
     nb = make_notebook(tmp_path / "02_bad.ipynb", "assert answer == 42, 'wrong answer'")
     outcome = runner.execute(nb, {}, tmp_path / "out")

@@ -27,6 +27,7 @@ def process_group_alive(pgid: int) -> bool:
         return False
 
 
+@pytest.mark.engine
 def test_serves_streams_reports_cached_tokens_and_stops_cleanly():
     # no caching flag at all: the server caches prefixes by vLLM's own default
     with VLLMServer(block_size=32, enable_prefix_caching=None) as server:
@@ -61,7 +62,7 @@ def test_serves_streams_reports_cached_tokens_and_stops_cleanly():
     assert not port_open(server.port) and not process_group_alive(pgid), "nothing outlives the server"
 
 
-def assert_the_audit_renders_a_chat_as_the_server_does(server, client) -> None:
+def assert_the_audit_renders_a_chat_as_the_server_does(server, client, model: str | None = None) -> None:
     """The audit caches what the server caches only if it renders a log's `messages` as the server does: the same
     messages through the server's chat endpoint give the same prompt tokens as the audit's reading of them."""
     import tempfile
@@ -76,12 +77,22 @@ def assert_the_audit_renders_a_chat_as_the_server_does(server, client) -> None:
               {"role": "user", "content": "And an e-book?"}]]
     log = Path(tempfile.mkdtemp()) / "chats.jsonl"
     log.write_text("".join(json.dumps({"messages": m}) + "\n" for m in chats))
-    audited = read_prompts(log, load_tokenizer(None), progress=False)
+    audited = read_prompts(log, load_tokenizer(model), progress=False)
     for messages, ids in zip(chats, audited.token_ids):
         reply = client.chat.completions.create(model=server.model_name, messages=messages, max_tokens=1)
         assert reply.usage.prompt_tokens == len(ids), messages
 
 
+@pytest.mark.engine
+def test_the_audit_renders_smollm2_chats_as_its_server_does():
+    """The real model's template (SmolLM2's ChatML, which adds its own system prompt to a chat that has none): the
+    audit counts the prompt tokens the server does, with and without a system message."""
+    smollm2 = str(ensure_model("smollm2"))
+    with VLLMServer(smollm2, block_size=32, engine_args={"max_model_len": 2048}) as server:
+        assert_the_audit_renders_a_chat_as_the_server_does(server, server.client(), model=smollm2)
+
+
+@pytest.mark.engine
 def test_a_model_the_server_cannot_load_fails_with_its_log(tmp_path):
     broken = tmp_path / "broken-model"
     shutil.copytree(ensure_model(), broken)

@@ -38,6 +38,7 @@ def test_every_notebook_ends_with_exercises():
     assert notebooks_with_exercises() == all_notebooks()
 
 
+@pytest.mark.engine
 def test_solutions_pass_and_student_versions_fail_with_a_hint(handouts):
     student, solution = handouts
     solved, handed_out = check_outputs(execute(solution)), check_outputs(execute(student))
@@ -52,6 +53,7 @@ def test_solutions_pass_and_student_versions_fail_with_a_hint(handouts):
         "student versions carry no solutions"
 
 
+@pytest.mark.engine
 def test_a_wrong_type_gets_the_hint(handouts, tmp_path):
     student, _ = handouts
     nb = nbformat.read(student, as_version=4)
