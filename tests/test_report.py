@@ -12,6 +12,7 @@ import lab.tools.readme_report
 from lab.core.model import ensure_model
 from lab.experiments import article
 from lab.experiments.block_sizes import recommend_block_size
+from lab.experiments.capacity import CapacityColumns, capacity_frame, capacity_row
 from lab.experiments.results import CANONICAL_DIR, environment, save_results
 from lab.tools.readme_report import (
     HEADLINE,
@@ -170,9 +171,9 @@ def test_the_capacity_section_comes_from_the_capacity_results(results):
                                "throughput_gain": [1.0, 3.0], "ttft_change": [0.0, -0.6]}), "16_gain_vs_hit_rate-gain", env)
     save_results(pd.DataFrame({"model": ["measured here", "A100 projection"], "x": [0.6, 0.46], "y": [0.66, 0.47]}),
                  "16_gain_vs_hit_rate-implied_hit_rate", env)
-    save_results(pd.DataFrame({"dataset": ["custom"], "target p99 TTFT (ms)": [300.0], "capacity off (req/s)": [4.0],
-                               "capacity on (req/s)": [16.0], "capacity ratio": [4.0],
-                               "hit rate (on, highest rate)": [0.7], "bound 1/(1-h)": [3.33]}), "17_capacity-capacity", env)
+    custom = capacity_row("custom", unloaded_off_ms=100.0, unloaded_on_ms=50.0, target_ms=300.0, off=4.0, on=16.0,
+                        hit_rate=0.7)
+    save_results(capacity_frame([custom]).reset_index(), "17_capacity-capacity", env)
     save_results(pd.DataFrame({"dataset": ["custom"] * 4, "caching": ["off", "off", "on", "on"],
                                "request_rate": [4, 16] * 2, "p99_ttft_ms": [200, 900, 100, 250]}), "17_capacity-sweep", env)
     save_results(pd.DataFrame({"pair": [0, 0], "caching": ["off", "on"], "ratio": [0.99] * 2, "low": [0.95] * 2,
@@ -184,6 +185,29 @@ def test_the_capacity_section_comes_from_the_capacity_results(results):
     assert row(curve, "0.9") == ["0.8", "5", "3", "-60%"]
     assert row(cap, "custom") == ["300", "4-16", ">= 16", "4.00x", "0.7", "3.33"], "met at 4, missed at 16; on never missed"
     assert "../figures/16_gain_vs_hit_rate-gain_vs_hit_rate.png" in results_section()
+
+
+def test_a_capacity_column_is_renamed_in_one_place(results, monkeypatch):
+    """The notebook writes the capacity table with capacity_row, the report reads it by CapacityColumns: renaming a
+    column there renames it everywhere, and the report's numbers stay."""
+    monkeypatch.setattr(CapacityColumns, "OFF", "capacity without caching (req/s)")
+    monkeypatch.setattr(CapacityColumns, "RATIO", "on / off")
+    env = environment(notebook="17_capacity", gain_prompts=8, prompt_tokens=512, block_size=32, rates=[4, 16],
+                      seconds_per_rate=1.5, target_factor=3, zero_hit_pairs=2, zero_hit_prompts=8,
+                      article_1000_hit_rate=0.845)
+    save_results(pd.DataFrame({"shared_fraction": [0.0], "hit_rate": [0.0], "bound": [1.0], "throughput_gain": [1.0],
+                               "ttft_change": [0.0]}), "16_gain_vs_hit_rate-gain", env)
+    save_results(pd.DataFrame({"model": ["measured here"], "x": [0.5]}), "16_gain_vs_hit_rate-implied_hit_rate", env)
+    save_results(pd.DataFrame({"pair": [0], "caching": ["off"], "ratio": [1.0], "low": [0.9], "high": [1.1]}),
+                 "16_gain_vs_hit_rate-zero_hit", env)
+    table = capacity_frame([capacity_row("custom", unloaded_off_ms=100.0, unloaded_on_ms=50.0, target_ms=300.0,
+                                         off=4.0, on=16.0, hit_rate=0.7)]).reset_index()
+    assert "capacity without caching (req/s)" in table.columns and "capacity off (req/s)" not in table.columns
+    save_results(table, "17_capacity-capacity", env)
+    save_results(pd.DataFrame({"dataset": ["custom"] * 2, "caching": ["off", "on"], "request_rate": [4, 16],
+                               "p99_ttft_ms": [200, 250]}), "17_capacity-sweep", env)
+    cap = tables(results_section())[3]
+    assert row(cap, "custom")[1:4] == [">= 4", ">= 16", "4.00x"]
 
 
 def test_the_verdict_table_counts_the_ledger(results):

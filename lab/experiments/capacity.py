@@ -27,6 +27,64 @@ LLAMA_7B = {"params": 6.74e9, "layers": 32, "hidden": 4096, "weight_bytes": 13.5
 MAX_NUM_SEQS = 256  # vLLM's default batch limit: requests decoded together
 
 
+class CapacityColumns:
+    """The columns of the capacity table (`17_capacity-capacity`, a row per dataset). Notebook 17 builds it with
+    `capacity_frame`, `add_searched` and `add_cost_model`; the report and the tests read it by these names, so a
+    column is renamed here and nowhere else."""
+    DATASET = "dataset"
+    UNLOADED_OFF = "unloaded p99 TTFT off (ms)"
+    UNLOADED_ON = "unloaded p99 TTFT on (ms)"
+    TARGET = "target p99 TTFT (ms)"
+    OFF = "capacity off (req/s)"
+    ON = "capacity on (req/s)"
+    RATIO = "capacity ratio"
+    HIT_RATE = "hit rate (on, highest rate)"
+    BOUND = "bound 1/(1-h)"
+    SEARCHED_OFF = "searched off (req/s)"  # with capacity_repeats: found by bisection, the mean over the repeats
+    SEARCHED_ON = "searched on (req/s)"
+    SEARCHED_RATIO = "searched ratio"
+    RATIO_LOW = "ratio low"
+    RATIO_HIGH = "ratio high"
+    MODEL_OFF = "cost model off (req/s)"  # the cost model's projected capacity
+    MODEL_ON = "cost model on (req/s)"
+    MODEL_RATIO = "cost model ratio"
+
+
+def capacity_row(dataset: str, *, unloaded_off_ms: float, unloaded_on_ms: float, target_ms: float, off: float,
+                 on: float, hit_rate: float) -> dict:
+    """One dataset's row of the capacity table: capacities off and on at the target, their ratio (infinite when
+    caching off met no swept rate), the hit rate and its bound."""
+    c = CapacityColumns
+    return {c.DATASET: dataset, c.UNLOADED_OFF: unloaded_off_ms, c.UNLOADED_ON: unloaded_on_ms, c.TARGET: target_ms,
+            c.OFF: off, c.ON: on, c.RATIO: on / off if off else math.inf, c.HIT_RATE: hit_rate,
+            c.BOUND: amdahl_bound(hit_rate)}
+
+
+def capacity_frame(rows: Sequence[dict]) -> pd.DataFrame:
+    """The capacity table from `capacity_row`s, indexed by dataset."""
+    return pd.DataFrame(rows, columns=list(capacity_row("", unloaded_off_ms=0, unloaded_on_ms=0, target_ms=0, off=1,
+                                                        on=1, hit_rate=0))).set_index(CapacityColumns.DATASET)
+
+
+def add_searched(table: pd.DataFrame, searched: pd.DataFrame) -> pd.DataFrame:
+    """The capacities found by bisection (`searched`: dataset, caching, repeat, capacity): the mean of each setting
+    and the ratio's range over the repeats."""
+    c = CapacityColumns
+    found = searched.pivot_table(index="dataset", columns="caching", values="capacity", aggfunc=["mean", "min", "max"])
+    return table.assign(**{c.SEARCHED_OFF: found["mean", "off"], c.SEARCHED_ON: found["mean", "on"],
+                           c.SEARCHED_RATIO: found["mean", "on"] / found["mean", "off"],
+                           c.RATIO_LOW: found["min", "on"] / found["max", "off"],
+                           c.RATIO_HIGH: found["max", "on"] / found["min", "off"]})
+
+
+def add_cost_model(table: pd.DataFrame, dataset: str, off: float, on: float) -> pd.DataFrame:
+    """The cost model's projected capacities for one dataset, beside the measured ones."""
+    c = CapacityColumns
+    table = table.copy()
+    table.loc[dataset, [c.MODEL_OFF, c.MODEL_ON, c.MODEL_RATIO]] = [off, on, on / off if off else math.inf]
+    return table
+
+
 def highest_rate_meeting(meets: Callable[[float], bool], *, low: float, high: float, tolerance: float,
                          floor: float) -> float:
     """The highest rate for which `meets(rate)` holds, to within `tolerance`: the bracket [`low`, `high`] is halved

@@ -10,7 +10,7 @@ import pandas as pd
 
 from lab.experiments import article
 from lab.experiments.bench import router_policies_seconds
-from lab.experiments.capacity import spread_name
+from lab.experiments.capacity import CapacityColumns, spread_name
 from lab.experiments.results import hardware_line, load_latest
 
 
@@ -37,8 +37,8 @@ def _latest_or_none(name: str):
 def _capacity_range(sweep: pd.DataFrame, row: pd.Series, caching: str) -> str:
     """'8-16': met the target at 8 req/s, missed it at 16 (the next swept rate); '>= 64' if none missed."""
     runs = sweep[(sweep.dataset == row.dataset) & (sweep.caching == caching)].sort_values("request_rate")
-    met = row[f"capacity {caching} (req/s)"]
-    missed = runs[runs.p99_ttft_ms > row["target p99 TTFT (ms)"]].request_rate
+    met = row[CapacityColumns.ON if caching == "on" else CapacityColumns.OFF]
+    missed = runs[runs.p99_ttft_ms > row[CapacityColumns.TARGET]].request_rate
     if missed.empty:
         return f">= {number(met)}"
     return f"{number(met)}-{number(missed.iloc[0])}" if met else f"< {number(missed.iloc[0])}"
@@ -56,25 +56,26 @@ def capacity_context() -> dict | None:
     curve = pd.DataFrame({"shared fraction": gain.shared_fraction, "token hit rate h": gain.hit_rate,
                           "bound 1/(1-h)": gain.bound, "throughput gain": gain.throughput_gain,
                           "mean TTFT change": [f"{v:+.0%}" for v in gain.ttft_change]})
+    c = CapacityColumns
     table = pd.DataFrame({
-        "dataset": cap.dataset, "target p99 TTFT (ms)": cap["target p99 TTFT (ms)"],
+        "dataset": cap[c.DATASET], "target p99 TTFT (ms)": cap[c.TARGET],
         "capacity off (req/s)": [_capacity_range(sweep, row, "off") for _, row in cap.iterrows()],
         "capacity on (req/s)": [_capacity_range(sweep, row, "on") for _, row in cap.iterrows()],
-        "ratio": [f"{v:.2f}x" if v != float("inf") else "off meets no swept rate" for v in cap["capacity ratio"]],
-        "hit rate h (on)": cap["hit rate (on, highest rate)"], "bound 1/(1-h)": cap["bound 1/(1-h)"]})
-    if "searched ratio" in cap.columns:  # capacity_repeats: found by bisection, repeated
+        "ratio": [f"{v:.2f}x" if v != float("inf") else "off meets no swept rate" for v in cap[c.RATIO]],
+        "hit rate h (on)": cap[c.HIT_RATE], "bound 1/(1-h)": cap[c.BOUND]})
+    if c.SEARCHED_RATIO in cap.columns:  # capacity_repeats: found by bisection, repeated
         table["searched off / on (req/s)"] = [f"{off:.1f} / {on:.1f}" for off, on in
-                                              zip(cap["searched off (req/s)"], cap["searched on (req/s)"])]
+                                              zip(cap[c.SEARCHED_OFF], cap[c.SEARCHED_ON])]
         table["searched ratio (range)"] = [f"{r:.2f}x ({lo:.2f}-{hi:.2f})" for r, lo, hi in
-                                           zip(cap["searched ratio"], cap["ratio low"], cap["ratio high"])]
-    if "cost model ratio" in cap.columns:
-        table["cost model ratio"] = [f"{r:.2f}x" if pd.notna(r) else "" for r in cap["cost model ratio"]]
+                                           zip(cap[c.SEARCHED_RATIO], cap[c.RATIO_LOW], cap[c.RATIO_HIGH])]
+    if c.MODEL_RATIO in cap.columns:
+        table["cost model ratio"] = [f"{r:.2f}x" if pd.notna(r) else "" for r in cap[c.MODEL_RATIO]]
     return {"run_id": meta["run_id"], "env": meta["environment"], "curve": markdown_table(curve),
             "capacity_run_id": capacity_meta["run_id"], "capacity_env": capacity_meta["environment"],
             "table": markdown_table(table), "implied_low": float(np.nanmin(implied)), "implied_high": float(np.nanmax(implied)),
             "article_throughput_change": article.change_percent("requests_per_s"),
             "article_ttft_change": article.change_percent("mean_ttft_ms"),
-            "searched": "searched ratio" in cap.columns,
+            "searched": c.SEARCHED_RATIO in cap.columns,
             "zero_ratio": zero.ratio, "zero_low": zero.low, "zero_high": zero.high,
             "zero_spread": spread_name(int(meta["environment"]["zero_hit_pairs"])),
             "zero_added_us": zero.get("added_us"), "zero_added_share": zero.get("added_share")}
