@@ -172,7 +172,7 @@ def test_the_capacity_section_comes_from_the_capacity_results(results):
     save_results(pd.DataFrame({"model": ["measured here", "A100 projection"], "x": [0.6, 0.46], "y": [0.66, 0.47]}),
                  "16_gain_vs_hit_rate-implied_hit_rate", env)
     custom = capacity_row("custom", unloaded_off_ms=100.0, unloaded_on_ms=50.0, target_ms=300.0, off=4.0, on=16.0,
-                        hit_rate=0.7)
+                          hit_rate=0.7)
     save_results(capacity_frame([custom]).reset_index(), "17_capacity-capacity", env)
     save_results(pd.DataFrame({"dataset": ["custom"] * 4, "caching": ["off", "off", "on", "on"],
                                "request_rate": [4, 16] * 2, "p99_ttft_ms": [200, 900, 100, 250]}), "17_capacity-sweep", env)
