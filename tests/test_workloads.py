@@ -140,3 +140,16 @@ def test_the_fingerprint_follows_the_corpus(monkeypatch, tmp_path):
     with (corpus / "en.txt").open("a") as f:
         f.write("One more sentence.\n")
     assert lab.experiments.workloads.fingerprint() != before
+
+
+def test_a_chat_log_holds_each_conversation_so_far():
+    """chat_messages: every turn's messages are the previous turn's, its answer and a new user message."""
+    from lab.experiments.generators import chat_messages
+
+    records = chat_messages(count=3, seed=0, turns=3)
+    assert len(records) == 9 and [r["turn"] for r in records] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    for earlier, later in zip(records, records[3:]):
+        assert later["conversation"] == earlier["conversation"]
+        assert later["messages"][:len(earlier["messages"])] == earlier["messages"]
+        assert [m["role"] for m in later["messages"][len(earlier["messages"]):]] == ["assistant", "user"]
+    assert all(r["messages"][0]["role"] == "system" and r["messages"][-1]["role"] == "user" for r in records)

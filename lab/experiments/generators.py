@@ -142,6 +142,22 @@ def chat(count: int = 40, seed: int = 0, turns: int = 5) -> list[Record]:
     return records
 
 
+def chat_messages(count: int = 40, seed: int = 0, turns: int = 5) -> list[Record]:
+    """The chat workload as an OpenAI-style request log: each turn's `messages` hold the conversation so far (a
+    system prompt, user and assistant turns) and the new user message, to be rendered by the model's chat template.
+    Records come turn by turn, as in `chat`."""
+    rng = random.Random(seed)
+    histories = [[{"role": "system", "content": "You are a friendly assistant for a bookshop."}] for _ in range(count)]
+    records = []
+    for turn in range(turns):
+        for c in range(count):
+            histories[c].append({"role": "user", "content": user_message(rng, rng.randrange(15, 40))})
+            records.append({"id": f"chat-{c}-{turn}", "conversation": c, "turn": turn,
+                            "messages": [dict(m) for m in histories[c]]})
+            histories[c].append({"role": "assistant", "content": text_of_tokens(rng, rng.randrange(30, 80), "all")})
+    return records
+
+
 def prompt_design(count: int = 100, seed: int = 0) -> list[Record]:
     """The article's before/after pair: one template, the same per-request variables (name, date, order),
     placed through the template ("scattered") or gathered at its end ("gathered"); and the layout of the
