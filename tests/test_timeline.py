@@ -7,7 +7,7 @@ import numpy as np
 from lab.audit import audit
 from lab.audit.misses import attribute
 from lab.audit.report import terminal_summary
-from lab.audit.timeline import timeline, window_of
+from lab.audit.timeline import distinct_blocks, timeline, window_of
 
 
 def test_windows_follow_the_clock_when_every_request_has_a_time():
@@ -26,14 +26,25 @@ def test_a_working_set_past_the_capacity_shows_as_a_falling_hit_rate():
     trace = shared + cycling
     one = attribute(trace, block_size=block, kv_tokens=kv_tokens).requests
     fleet = attribute(trace, block_size=block, kv_tokens=kv_tokens, replicas=2, replica_of=[i % 2 for i in range(40)])
-    table, unit = timeline(trace, [float(i) for i in range(40)], one, fleet.requests, block_size=block,
-                           kv_tokens=kv_tokens, windows=2)
+    table, unit = timeline([float(i) for i in range(40)], one, fleet.requests, distinct_blocks(trace, block),
+                           block_size=block, kv_tokens=kv_tokens, windows=2)
     assert unit == "seconds" and table.requests.tolist() == [20, 20]
     first, last = table.iloc[0], table.iloc[1]
     assert first.hit_rate > 0.8 and last.hit_rate == 0, "the cycling contexts are evicted before they return"
     assert first.working_set_tokens == 32 < kv_tokens < last.working_set_tokens == 6 * 32
     assert np.isclose(first.hit_rate * sum(map(len, shared)), one.cached_tokens[:20].sum())
     assert first.fleet_hit_rate < first.hit_rate, "two replicas each compute the hot prefix once"
+
+
+def test_the_fleet_hit_rate_covers_the_requests_it_was_simulated_for():
+    trace = [list(range(64)) + [i] for i in range(40)]
+    one = attribute(trace, block_size=4, kv_tokens=1000).requests
+    fleet = attribute(trace[:10], block_size=4, kv_tokens=1000, replicas=2, replica_of=[i % 2 for i in range(10)])
+    table, unit = timeline([None] * 40, one, fleet.requests, distinct_blocks(trace, 4), block_size=4, kv_tokens=1000,
+                           windows=4)
+    assert unit == "requests" and table.requests.tolist() == [10] * 4
+    assert table.fleet_hit_rate.notna().tolist() == [True, False, False, False]
+    assert table.fleet_hit_rate[0] == fleet.hit_rate and table.working_set_tokens.tolist() == [64] * 4
 
 
 def test_the_audit_replays_a_timestamped_log_over_time(tmp_path):

@@ -1,4 +1,6 @@
-"""`python -m lab.audit PROMPTS.jsonl`: audit a prompts file from the terminal (see lab.audit.core)."""
+"""`python -m lab.audit PROMPTS.jsonl` (or `prefix-cache-audit PROMPTS.jsonl`): audit a prompts file from the terminal.
+
+See lab.audit.core for what it reports."""
 
 from __future__ import annotations
 

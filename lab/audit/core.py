@@ -3,13 +3,16 @@
     python -m lab.audit prompts.jsonl --replicas 4          # terminal summary, HTML + JSON report in runs/audit/
     result = audit("prompts.jsonl", replicas=4)             # the same from a notebook: result.hit_rates, ...
 
-PROMPTS is JSONL: one request per line, `{"prompt": "..."}` or `{"messages": [...]}` (rendered with the
-model's chat template), optionally with `arrival_s` (seconds; requests are replayed in that order) and
-`tenant` (or `user`) and `cache_salt`. Every hit rate below is measured by replaying the token ids through the lab's
-`PrefixCache` (vLLM V1's block pool) of a stated capacity, one request at a time in arrival order, and every
-uncached token is given its cause (lab.audit.misses); the TTFT and throughput change is the engine's cost
-model (lab.experiments.cost_model) applied to each request's cached tokens, and a short run on the real
-engine confirms it on a sample.
+PROMPTS is JSONL (gzipped or not) or Parquet: one request per line, `{"prompt": "..."}` or `{"messages": [...]}`
+(rendered with the model's chat template, as the server renders it), optionally with `arrival_s` or `timestamp`
+(requests are replayed in that order), `tenant` (or `user`) and `cache_salt`. The log is read once, a chunk at a
+time (lab.audit.trace): every request's blocks become 64-bit hash arrays, and only the first requests keep their
+token ids, so memory follows the number of blocks, not of tokens. Every hit rate is measured by replaying those
+hashes through vLLM V1's block pool of a stated capacity, one request at a time in arrival order (the same
+replay as the lab's `PrefixCache`, block for block); on the first requests every uncached token is given its
+cause (lab.audit.misses); the TTFT and throughput change is the engine's cost model
+(lab.experiments.cost_model) applied to each request's cached tokens, and a short run on the real engine confirms
+it on a sample.
 """
 
 
@@ -24,12 +27,13 @@ from pathlib import Path
 import pandas as pd
 
 from lab.audit.fields import Divergence, Field, breaking_fields, move_line_to_end, where_prompts_diverge
-from lab.audit.fleet import FleetAdvice, SaltCost, fleet_policies, salt_cost
+from lab.audit.fleet import FleetAdvice, SaltCost, fleet_policies
 from lab.audit.misses import attribute
 from lab.audit.projection import Confirmation, Projection, confirm_on_engine, project
-from lab.audit.prompts import DEFAULT_KV_TOKENS, Prompts, encode, load_tokenizer, read_prompts
-from lab.audit.replay import check_capacity, radix_hit_rate, replay_hit_rate
+from lab.audit.prompts import DEFAULT_KV_TOKENS, Prompts, encode, load_tokenizer
+from lab.audit.replay import check_capacity, radix_hit_rate
 from lab.audit.timeline import timeline
+from lab.audit.trace import Trace, read_trace
 from lab.audit.what_ifs import divergence_points, what_ifs
 from lab.checks import positive_int
 from lab.core.block_hash import REPLAY_HASH
@@ -50,16 +54,17 @@ class AuditResult:
     """Every section of an audit, read by attribute; `to_json()` for the report file."""
     file: str
     prompts: int
+    explained: int  # the first requests (arrival order) whose misses, divergences and fleet are worked out
     skipped: list[str]  # one message per bad line skipped (skip_bad)
     tokenizer: str
     prompt_tokens: PromptLengths
     kv_tokens: int
-    hit_rates: pd.DataFrame  # cache, block_size, hit_rate: each block size and the radix tree
+    hit_rates: pd.DataFrame  # cache, block_size, hit_rate: each block size (every request), the radix tree (explained)
     hit_rate_by_block_size: dict[int, float]
     radix_hit_rate: float
     recommended_block_size: int
     divergence: Divergence
-    misses: pd.DataFrame  # cause, tokens, share, meaning: every prompt token, cached or why not (lab.audit.misses)
+    misses: pd.DataFrame  # cause, tokens, share, meaning: every prompt token of the explained requests, cached or why not
     what_ifs: pd.DataFrame  # cause, change, hit_rate, gain_points: each cause taken away, replayed
     divergence_points: pd.DataFrame  # requests, other_prefix_tokens, position, excerpt
     fleet_misses: pd.DataFrame | None  # the same causes across the replicas, routed by the recommended policy
@@ -112,35 +117,72 @@ class Laps:
         self.clock = time.perf_counter()
 
 
-def _hit_rates(prompts: Prompts, block_sizes: Sequence[int] | None, kv_tokens: int, progress: bool):
-    """Replayed hit rate per block size and on the radix tree; the best size (ties: the larger block)."""
-    from tqdm.auto import tqdm
-
-    sizes = list(block_sizes or accepted_block_sizes())
-    rates = {size: replay_hit_rate(prompts.token_ids, size, kv_tokens)
-             for size in tqdm(sizes, desc="replaying per block size", disable=not progress, leave=False)}
-    radix = radix_hit_rate(prompts.token_ids, kv_tokens)
-    table = pd.DataFrame({"cache": [f"blocks of {s}" for s in sizes] + ["radix tree (token-granular)"],
+def _hit_rates(trace: Trace, sample: Prompts, kv_tokens: int, progress: bool):
+    """Replayed hit rate per block size over every request, and on the radix tree over the sample; the best size
+    (ties: the larger block) and each request's cached tokens at it."""
+    cached = {size: trace.replay(size, kv_tokens, progress=progress) for size in trace.blocks}
+    rates = {size: int(c.sum()) / int(trace.lengths.sum()) for size, c in cached.items()}
+    radix = radix_hit_rate(sample.token_ids, kv_tokens)
+    sizes = list(rates)
+    radix_label = "radix tree (token-granular)" + ("" if len(sample.token_ids) == trace.requests
+                                                   else f", first {len(sample.token_ids):,} requests")
+    table = pd.DataFrame({"cache": [f"blocks of {s}" for s in sizes] + [radix_label],
                           "block_size": sizes + [1], "hit_rate": list(rates.values()) + [radix]})
-    return table, rates, radix, max(sizes, key=lambda s: (round(rates[s], 3), s))
+    best = max(sizes, key=lambda s: (round(rates[s], 3), s))
+    return table, rates, radix, best, cached[best]
 
 
 NO_FIT = {"run_id": "", "environment": {"device": ""}}  # no cost model for this model and back-end
 
 
-def _why(prompts: Prompts, tokenizer, block_size: int, kv_tokens: int, block_sizes: Sequence[int] | None,
+def _why(prompts: Prompts, tokenizer, block_size: int, kv_tokens: int, block_sizes: Sequence[int],
          sample: int, progress: bool):
-    """Every uncached token's cause (all prompts), each cause's what-if and the divergence points (the first
-    `sample` prompts: each what-if replays them again)."""
+    """Every uncached token's cause (the explained requests), each cause's what-if and the divergence points (the
+    first `sample` of them: each what-if replays them again)."""
     salts = prompts.salts if any(prompts.salts) else None
     misses = attribute(prompts.token_ids, block_size=block_size, kv_tokens=kv_tokens, salts=salts, progress=progress,
                        hash_algo=REPLAY_HASH)
     ids = prompts.token_ids[:sample]
     sampled = misses if len(ids) == len(prompts.token_ids) else attribute(
         ids, block_size=block_size, kv_tokens=kv_tokens, salts=salts[:sample] if salts else None, hash_algo=REPLAY_HASH)
-    changes = what_ifs(ids, sampled, salts=salts[:sample] if salts else None,
-                       block_sizes=block_sizes or accepted_block_sizes())
+    changes = what_ifs(ids, sampled, salts=salts[:sample] if salts else None, block_sizes=block_sizes)
     return misses, changes, divergence_points(prompts.token_ids, misses, tokenizer.decode)
+
+
+def _projections(cost_model, misses, fields, texts, prompts: Prompts, tokenizer, model, block_size: int,
+                 kv_tokens: int, confirm: int, output_tokens: int):
+    """The projection for the explained requests, for the sampled ones with the breaking fields moved, and the
+    engine's confirmation on the first `confirm` (None where there is no cost model, or no engine run)."""
+    projection = moved = confirmation = None
+    if cost_model:
+        projection = _project_first(cost_model, misses, len(misses.requests), output_tokens)
+        moved = _after_moving(fields, texts, tokenizer, block_size, kv_tokens, cost_model, output_tokens)
+    if confirm:
+        confirmation = confirm_on_engine(prompts.token_ids, model, block_size, confirm, max_tokens=output_tokens)
+        confirmation.projected = _project_first(cost_model, misses, confirmation.prompts, output_tokens)
+    return projection, moved, confirmation
+
+
+def _fleet(trace: Trace, explained: Prompts, cached, replicas: int, block_size: int, kv_tokens: int, progress: bool):
+    """The policies simulated over the explained requests, the causes of the recommended one's misses, and the replay
+    over time (every request on one cache; the explained ones on the fleet)."""
+    fleet = fleet_policies(explained.token_ids, explained.tenants, replicas, block_size, kv_tokens, progress=progress)
+    routed = attribute(explained.token_ids, block_size=block_size, kv_tokens=kv_tokens, replicas=replicas,
+                       replica_of=fleet.routes, hash_algo=REPLAY_HASH) if replicas > 1 else None
+    one_cache = pd.DataFrame({"prompt_tokens": trace.lengths, "cached_tokens": cached})
+    over_time, unit = timeline(trace.arrivals, one_cache, routed.requests if routed else None,
+                               lambda window: trace.block_hash_sets(block_size, window), block_size=block_size,
+                               kv_tokens=kv_tokens)
+    return fleet, routed.table() if routed else None, over_time, unit
+
+
+def _salt_cost(trace: Trace, block_size: int, kv_tokens: int, shared: float, progress: bool) -> SaltCost | None:
+    """The hit rate with one shared cache and with a `cache_salt` per tenant (which closes the timing side channel
+    between tenants, and stops them sharing); None when the log names no tenants."""
+    if not any(t is not None for t in trace.tenants):
+        return None
+    salted = trace.replay(block_size, kv_tokens, salts=trace.tenants, progress=progress)
+    return SaltCost(len(set(trace.tenants)), shared, int(salted.sum()) / int(trace.lengths.sum()))
 
 
 def _project_first(cost_model, misses, prompts: int, output_tokens: int) -> Projection:
@@ -164,49 +206,44 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
           block_sizes: Sequence[int] | None = None, replicas: int = 4, confirm: int = 32, field_sample: int = 2000,
           fleet_sample: int = 20_000, output_tokens: int = 8, skip_bad: bool = False,
           progress: bool = True) -> AuditResult:
-    """Every section of the report for one prompts file (see the module docstring). `confirm` prompts run
-    on the real engine (0: no engine; with an engine, a cost model is fitted first if this model and back-end
-    have none); the field search, the fleet simulation and the projection use the first `field_sample`,
-    `fleet_sample` and `fleet_sample` prompts, and say so. Projections assume `output_tokens` per answer."""
+    """Every section of the report for one prompts file (see the module docstring). The hit rates per block size,
+    the replay over time and the per-tenant salt cover every request; the causes of the misses, the fleet
+    simulation and the projection the first `fleet_sample` requests in arrival order, and the field search the
+    first `field_sample`, and say so. `confirm` prompts run on the real engine (0: no engine; with an engine, a
+    cost model is fitted first if this model and back-end have none). Projections assume `output_tokens` per answer."""
     for name, value, example in (("replicas", replicas, "4"), ("output_tokens", output_tokens, "8"),
-                                 ("kv_tokens", kv_tokens, "your engine's KV capacity, 100000")):
+                                 ("kv_tokens", kv_tokens, "your engine's KV capacity, 100000"),
+                                 ("fleet_sample", fleet_sample, "20000"), ("field_sample", field_sample, "2000")):
         positive_int(name, value, f"a positive number, e.g. {example}")
     lap = Laps()
     tokenizer = load_tokenizer(model)
-    prompts = read_prompts(path, tokenizer, skip_bad=skip_bad, progress=progress)
-    check_capacity(prompts.token_ids, kv_tokens, prompts.lines, prompts.path)
+    sizes = list(block_sizes or accepted_block_sizes())
+    trace = read_trace(path, tokenizer, block_sizes=sizes, sample=max(fleet_sample, field_sample), skip_bad=skip_bad,
+                       progress=progress)
+    prompts = trace.sample
+    check_capacity(trace.lengths, kv_tokens, trace.lines, trace.path)
     lap("read and tokenize")
-    hit_rates, rates, radix, best_size = _hit_rates(prompts, block_sizes, kv_tokens, progress)
+    hit_rates, rates, radix, best_size, cached = _hit_rates(trace, prompts, kv_tokens, progress)
     lap("hit rates")
-    misses, changes, points = _why(prompts, tokenizer, best_size, kv_tokens, block_sizes, fleet_sample, progress)
+    explained = prompts.head(fleet_sample)
+    misses, changes, points = _why(explained, tokenizer, best_size, kv_tokens, sizes, fleet_sample, progress)
     lap("why it missed")
     texts, ids, tenants = _sample(prompts, field_sample)
     divergence = where_prompts_diverge(texts)
     fields = breaking_fields(texts, tokenizer, best_size, kv_tokens)
     lap("what breaks sharing")
     cost_model, fit_meta = fitted(model, calibrate_if_missing=confirm > 0) or (None, NO_FIT)
-    projection = moved = confirmation = None
-    if cost_model:
-        projection = _project_first(cost_model, misses, fleet_sample, output_tokens)
-        moved = _after_moving(fields, texts, tokenizer, best_size, kv_tokens, cost_model, output_tokens)
-    if confirm:
-        confirmation = confirm_on_engine(prompts.token_ids, model, best_size, confirm, max_tokens=output_tokens)
-        confirmation.projected = _project_first(cost_model, misses, confirmation.prompts, output_tokens)
+    projection, moved, confirmation = _projections(cost_model, misses, fields, texts, prompts, tokenizer, model,
+                                                   best_size, kv_tokens, confirm, output_tokens)
     lap("projection and confirmation")
-    _, fleet_ids, fleet_tenants = _sample(prompts, fleet_sample)
-    fleet = fleet_policies(fleet_ids, fleet_tenants, replicas, best_size, kv_tokens, progress=progress)
-    fleet_attribution = attribute(fleet_ids, block_size=best_size, kv_tokens=kv_tokens, replicas=replicas,
-                                  replica_of=fleet.routes, hash_algo=REPLAY_HASH) if replicas > 1 else None
-    fleet_misses = fleet_attribution.table() if fleet_attribution else None
-    over_time, unit = timeline(fleet_ids, prompts.arrivals or [None] * len(prompts.token_ids), misses.requests,
-                               fleet_attribution.requests if fleet_attribution else None, block_size=best_size,
-                               kv_tokens=kv_tokens)
+    fleet, fleet_misses, over_time, unit = _fleet(trace, explained, cached, replicas, best_size, kv_tokens, progress)
     lap("fleet")
-    salt = salt_cost(prompts.token_ids, prompts.tenants, best_size, kv_tokens, shared=rates[best_size])
+    salt = _salt_cost(trace, best_size, kv_tokens, shared=rates[best_size], progress=progress)
     lap("tenant salt")
-    lengths = pd.Series(list(map(len, prompts.token_ids)))
+    lengths = pd.Series(trace.lengths)
     return AuditResult(
-        file=prompts.path, prompts=len(prompts.token_ids), skipped=prompts.skipped, tokenizer=str(model or "the lab's model"),
+        file=trace.path, prompts=trace.requests, explained=len(explained.token_ids), skipped=trace.skipped,
+        tokenizer=str(model or "the lab's model"),
         prompt_tokens=PromptLengths(float(lengths.mean()), float(lengths.median()), int(lengths.max())),
         kv_tokens=kv_tokens, hit_rates=hit_rates, hit_rate_by_block_size={int(s): r for s, r in rates.items()},
         radix_hit_rate=radix, recommended_block_size=best_size, divergence=divergence, misses=misses.table(),

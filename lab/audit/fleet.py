@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from lab.audit.replay import replay_hit_rate
 from lab.experiments.fleet_sim import SIMULATED_ROUTER_POLICIES, CacheAwareKnobs, FleetSim, summarize_sim
 
 THRESHOLDS = (0.3, 0.5, 0.8)  # cache_aware --cache-threshold values tried
@@ -87,14 +86,3 @@ def _reason(table: pd.DataFrame, recommended: str, max_imbalance: float) -> str:
         text += (f"; {', '.join(close.index)} keep as many hits, within half a point: what these prompts share, "
                  "every replica soon holds, so where a request goes matters little")
     return text
-
-
-def salt_cost(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | None], block_size: int,
-              kv_tokens: int, shared: float | None = None) -> SaltCost | None:
-    """Hit rate with and without a per-tenant `cache_salt` (which closes the timing side channel between
-    tenants, and stops them sharing); None without tenants. `shared`: the unsalted hit rate, if already replayed."""
-    if not any(t is not None for t in tenants):
-        return None
-    shared = replay_hit_rate(token_ids, block_size, kv_tokens) if shared is None else shared
-    salted = replay_hit_rate(token_ids, block_size, kv_tokens, salts=list(tenants))
-    return SaltCost(len(set(tenants)), shared, salted)

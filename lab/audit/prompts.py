@@ -6,6 +6,7 @@ bad record named by file, line (or row) and fix."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,11 @@ class Prompts:
     salts: list[str | None]  # each request's cache_salt, if the file gives one
     skipped: list[str] = field(default_factory=list)  # one message per bad line skipped with skip_bad
     arrivals: list[float | None] = field(default_factory=list)  # each request's arrival (seconds), if the file says
+
+    def head(self, n: int) -> Prompts:
+        """The first `n` requests."""
+        return Prompts(self.path, self.texts[:n], self.token_ids[:n], self.lines[:n], self.tenants[:n], self.salts[:n],
+                       self.skipped, self.arrivals[:n])
 
 
 def load_tokenizer(model: str | None):
@@ -129,9 +135,9 @@ def _records(path: Path) -> Iterator[tuple[str, int, bytes | dict]]:
             yield f"{path}:{number}", number, raw
 
 
-def _parse_lines(path: Path, tokenizer, skip_bad: bool) -> tuple[list[dict], list[str]]:
-    """One entry per good line or row: text, its number, arrival time, tenant, and whether it is a chat."""
-    good, skipped = [], []
+def _good_records(path: Path, tokenizer, skip_bad: bool, skipped: list[str]) -> Iterator[dict]:
+    """One entry per good line or row, in file order: text, its number, arrival time, tenant, salt, and whether
+    it is a chat; a bad one raises, or with `skip_bad` is listed in `skipped`."""
     for where, number, raw in _records(path):
         try:
             record = _jsonl_line(raw, where) if isinstance(raw, bytes) else raw
@@ -142,52 +148,72 @@ def _parse_lines(path: Path, tokenizer, skip_bad: bool) -> tuple[list[dict], lis
             tenant, salt = record.get("tenant", record.get("user")), record.get("cache_salt")
             if salt is not None and (not isinstance(salt, str) or not salt):
                 raise AuditInputError(f"{where}: 'cache_salt' must be a non-empty string, not {salt!r}")
-            good.append({"text": text, "line": number, "arrival_s": arrival, "chat": chat,
-                         "tenant": None if tenant is None else str(tenant), "salt": salt})
+            yield {"text": text, "line": number, "arrival_s": arrival, "chat": chat,
+                   "tenant": None if tenant is None else str(tenant), "salt": salt}
         except AuditInputError as error:
             if not skip_bad:
                 raise AuditInputError(f"{error} (--skip-bad skips bad lines and counts them)") from None
             skipped.append(str(error))
-    return good, skipped
+
+
+def _check_file(path: Path) -> None:
+    if not path.is_file():
+        raise AuditInputError(f"{path}: no such file; pass a JSONL file of prompts, one {{\"prompt\": ...}} per line "
+                              "(or a Parquet file with a prompt or messages column)")
+
+
+def tokenized_chunks(path: str | Path, tokenizer, *, skipped: list[str], max_model_len: int | None = None,
+                     skip_bad: bool = False, chunk: int = 1000) -> Iterator[list[tuple[dict, list[int]]]]:
+    """The good records of a prompts file with their token ids, `chunk` at a time, in file order. A prompt longer
+    than the model's context is a bad record too. Bad records raise AuditInputError naming the file and line, or
+    with `skip_bad` are listed in `skipped`; a file with no good record raises at the end."""
+    path = Path(path)
+    _check_file(path)
+    limit = max_model_len or getattr(tokenizer, "model_max_length", None)
+    records, found = _good_records(path, tokenizer, skip_bad, skipped), 0
+    while batch := list(itertools.islice(records, chunk)):
+        plain = iter(token_ids_of(tokenizer, [g["text"] for g in batch if not g["chat"]]))
+        chats = iter(token_ids_of(tokenizer, [g["text"] for g in batch if g["chat"]], add_special_tokens=False))
+        kept = []
+        for g in batch:
+            ids = next(chats) if g["chat"] else next(plain)
+            if limit and len(ids) > limit:
+                message = (f"{path}:{g['line']}: {len(ids)} tokens, longer than the model's context of {limit}; "
+                           "shorten it, or audit with a model whose context holds it (--model)")
+                if not skip_bad:
+                    raise AuditInputError(message + " (--skip-bad skips bad lines and counts them)")
+                skipped.append(message)
+                continue
+            kept.append((g, ids))
+        found += len(batch)
+        yield kept
+    if not found:
+        reason = f"all {len(skipped)} lines are bad" if skipped else "it is empty"
+        raise AuditInputError(f"{path}: nothing to audit, {reason}; write one JSON object per line, "
+                              'e.g. {"prompt": "You are a support bot. ..."}')
+
+
+def arrival_key(arrival_s: float | None, position: int) -> tuple[bool, float, int]:
+    """Replay order: by arrival time where the log gives one, then the rest in file order."""
+    return arrival_s is None, arrival_s or 0.0, position
 
 
 def read_prompts(path: str | Path, tokenizer, *, max_model_len: int | None = None, skip_bad: bool = False,
                  progress: bool = True) -> Prompts:
     """Read and tokenize a prompts file (`.jsonl`, `.jsonl.gz` or `.parquet`), in arrival order when it gives arrival
     times or timestamps (lines without one keep their place after those with one). Bad lines raise
-    AuditInputError naming the file and line, or with `skip_bad` are skipped and listed in `skipped`."""
+    AuditInputError naming the file and line, or with `skip_bad` are skipped and listed in `skipped`.
+    Everything is held in memory: for a large log, `lab.audit.trace.read_trace`."""
     from tqdm.auto import tqdm
 
-    path = Path(path)
-    if not path.is_file():
-        raise AuditInputError(f"{path}: no such file; pass a JSONL file of prompts, one {{\"prompt\": ...}} per line "
-                              "(or a Parquet file with a prompt or messages column)")
-    good, skipped = _parse_lines(path, tokenizer, skip_bad)
-    if not good:
-        reason = f"all {len(skipped)} lines are bad" if skipped else "it is empty"
-        raise AuditInputError(f"{path}: nothing to audit, {reason}; write one JSON object per line, "
-                              'e.g. {"prompt": "You are a support bot. ..."}')
-    if any(g["arrival_s"] is not None for g in good):
-        good.sort(key=lambda g: (g["arrival_s"] is None, g["arrival_s"] or 0.0))
-    token_ids = []
-    for start in tqdm(range(0, len(good), 1000), desc="tokenizing", unit="k prompts", disable=not progress, leave=False):
-        batch = good[start:start + 1000]
-        plain = iter(token_ids_of(tokenizer, [g["text"] for g in batch if not g["chat"]]))
-        chats = iter(token_ids_of(tokenizer, [g["text"] for g in batch if g["chat"]], add_special_tokens=False))
-        token_ids += [next(chats) if g["chat"] else next(plain) for g in batch]
-    limit = max_model_len or getattr(tokenizer, "model_max_length", None)
-    kept = []
-    for g, ids in zip(good, token_ids):
-        if limit and len(ids) > limit:
-            message = (f"{path}:{g['line']}: {len(ids)} tokens, longer than the model's context of {limit}; shorten "
-                       "it, or audit with a model whose context holds it (--model)")
-            if not skip_bad:
-                raise AuditInputError(message + " (--skip-bad skips bad lines and counts them)")
-            skipped.append(message)
-            continue
-        kept.append((g, ids))
+    skipped: list[str] = []
+    chunks = tokenized_chunks(path, tokenizer, skipped=skipped, max_model_len=max_model_len, skip_bad=skip_bad)
+    kept = [item for chunk in tqdm(chunks, desc="reading and tokenizing", unit="k prompts", disable=not progress,
+                                   leave=False) for item in chunk]
     if not kept:
-        raise AuditInputError(f"{path}: nothing to audit, every prompt is longer than the model's context of {limit}")
+        raise AuditInputError(f"{path}: nothing to audit, every prompt is longer than the model's context")
+    order = sorted(range(len(kept)), key=lambda i: arrival_key(kept[i][0]["arrival_s"], i))
+    kept = [kept[i] for i in order]
     return Prompts(str(path), [g["text"] for g, _ in kept], [ids for _, ids in kept], [g["line"] for g, _ in kept],
                    [g["tenant"] for g, _ in kept], [g["salt"] for g, _ in kept], skipped,
                    [g["arrival_s"] for g, _ in kept])

@@ -59,7 +59,8 @@ def _over_time(result: AuditResult):
     fig.update_yaxes(title_text="token hit rate", tickformat=".0%", row=1, col=1)
     fig.update_yaxes(title_text="tokens", row=2, col=1)
     fig.update_xaxes(title_text=x_title, row=2, col=1)
-    fig.update_layout(title=f"The replay over time, window by window (the first {int(t.requests.sum()):,} requests)")
+    fig.update_layout(title=f"The replay over time, window by window ({int(t.requests.sum()):,} requests; the fleet: "
+                      f"the first {result.fleet.sample:,})")
     return fig
 
 

@@ -4,7 +4,7 @@ replica's KV capacity. A hit rate that falls while the working set rises past th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,25 +27,37 @@ def window_of(arrivals: Sequence[float | None], windows: int) -> tuple[np.ndarra
     return index * windows // max(n, 1), np.arange(windows) * n / windows, "requests"
 
 
-def timeline(token_ids: Sequence[Sequence[int]], arrivals: Sequence[float | None], one_cache: pd.DataFrame,
-             fleet: pd.DataFrame | None, *, block_size: int, kv_tokens: int, windows: int = 40) -> tuple[pd.DataFrame, str]:
+def distinct_blocks(token_ids: Sequence[Sequence[int]], block_size: int) -> Callable[[np.ndarray], dict[int, int]]:
+    """For prompts held as token ids: window -> how many distinct full blocks the window's requests hold."""
+    def count(window: np.ndarray) -> dict[int, int]:
+        touched: dict[int, set[bytes]] = {}
+        for w, ids in zip(window.tolist(), token_ids):
+            touched.setdefault(w, set()).update(chain_hashes(full_blocks(ids, block_size), REPLAY_HASH))
+        return {w: len(s) for w, s in touched.items()}
+    return count
+
+
+def timeline(arrivals: Sequence[float | None], one_cache: pd.DataFrame, fleet: pd.DataFrame | None,
+             blocks_touched: Callable[[np.ndarray], dict[int, int]], *, block_size: int, kv_tokens: int,
+             windows: int = 40) -> tuple[pd.DataFrame, str]:
     """Per window: requests, the token hit rate of one cache (`one_cache`: a row per request with prompt_tokens and
-    cached_tokens, as `lab.audit.misses.attribute(...).requests` gives), the fleet's (`fleet`, the same for the
-    replicas), and the working set in tokens beside `kv_tokens`. Reads the first len(fleet) requests when a fleet
-    is given. Returns the table and the windows' unit ("seconds" or "requests")."""
-    n = len(fleet) if fleet is not None else len(token_ids)
-    window, starts, unit = window_of(list(arrivals[:n]), windows)
-    frame = pd.DataFrame({"window": window, "prompt_tokens": one_cache.prompt_tokens.to_numpy()[:n],
-                          "cached_tokens": one_cache.cached_tokens.to_numpy()[:n]})
+    cached_tokens), the fleet's (`fleet`: the same for the replicas, for the first len(fleet) requests: the windows
+    after those have none), and the working set in tokens (`blocks_touched(window)`: distinct blocks per window, as
+    `distinct_blocks` or `Trace.block_hash_sets` count them) beside `kv_tokens`. Returns the table and the windows'
+    unit ("seconds" or "requests")."""
+    window, starts, unit = window_of(list(arrivals), windows)
+    frame = pd.DataFrame({"window": window, "prompt_tokens": one_cache.prompt_tokens.to_numpy(),
+                          "cached_tokens": one_cache.cached_tokens.to_numpy()})
     if fleet is not None:
-        frame["fleet_cached_tokens"] = fleet.cached_tokens.to_numpy()
-    touched: dict[int, set[bytes]] = {}
-    for w, ids in zip(window, token_ids[:n]):
-        touched.setdefault(int(w), set()).update(chain_hashes(full_blocks(ids, block_size), REPLAY_HASH))
-    sums = frame.groupby("window").sum()
+        routed = np.full(len(frame), np.nan)
+        routed[:len(fleet)] = fleet.cached_tokens.to_numpy()
+        frame["fleet_cached_tokens"] = routed
+        frame["fleet_prompt_tokens"] = np.where(np.isnan(routed), np.nan, frame.prompt_tokens)
+    sums = frame.groupby("window").sum(min_count=1)
     table = pd.DataFrame({"start": starts[sums.index], "requests": frame.groupby("window").size(),
                           "hit_rate": sums.cached_tokens / sums.prompt_tokens})
-    table["fleet_hit_rate"] = sums.fleet_cached_tokens / sums.prompt_tokens if fleet is not None else np.nan
-    table["working_set_tokens"] = [len(touched[w]) * block_size for w in table.index]
+    table["fleet_hit_rate"] = sums.fleet_cached_tokens / sums.fleet_prompt_tokens if fleet is not None else np.nan
+    touched = blocks_touched(window)
+    table["working_set_tokens"] = [touched[w] * block_size for w in table.index]
     table["kv_tokens"] = kv_tokens
     return table.reset_index(), unit

@@ -125,6 +125,11 @@ class FleetSim:
             return self._least_cost(token_ids, chain or block_chain(token_ids, self.block_size), now)
         return self._cache_aware(token_ids)
 
+    def replica_for_key(self, key: Hashable) -> int:
+        """consistent_hash's replica for a session key: the same every time, whatever else was routed."""
+        start = bisect.bisect(self.ring, (_hash64(self.seed, key),))
+        return self.ring[start % len(self.ring)][1]
+
     def _on_ring(self, key: Hashable) -> int:
         """consistent_hash: the first replica clockwise from the key's point. bounded_load (consistent hashing
         with bounded loads, Mirrokni, Thorup and Zadimoghaddam 2018): the first whose load stays within

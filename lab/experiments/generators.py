@@ -29,14 +29,20 @@ def _sentences(kind: str) -> tuple[str, ...]:
     return tuple(corpus_lines(*files))
 
 
+@cache
+def _sentence_tokens(kind: str) -> dict[str, int]:
+    return {sentence: num_tokens(" " + sentence) - 1 for sentence in _sentences(kind)}  # minus <s>
+
+
 def text_of_tokens(rng: random.Random, target_tokens: int, kind: str = "all") -> str:
     """Sentences drawn at random until the text is about `target_tokens` long (never shorter)."""
+    sentences, tokens = _sentences(kind), _sentence_tokens(kind)
     parts: list[str] = []
     length = 0
     while length < target_tokens:
-        sentence = rng.choice(_sentences(kind))
+        sentence = rng.choice(sentences)
         parts.append(sentence)
-        length += num_tokens(" " + sentence) - 1  # minus <s>
+        length += tokens[sentence]
     return " ".join(parts)
 
 
@@ -80,18 +86,22 @@ def translation(count: int = 200, seed: int = 0) -> list[Record]:
              f"({rng.randrange(1000)})\nChinese:"} for i in range(count)]
 
 
-def customer_service(count: int = 300, seed: int = 0) -> list[Record]:
+def customer_service(count: int = 300, seed: int = 0, template_seed: int | None = None) -> list[Record]:
     """The article's three-stage bot, `count` requests per stage. The shares of fixed text are designed
     toward the article's hit rates (intent 98%, rewrite 65%, final 15%); the engine measures the real ones.
 
     - intent: a long fixed template (labels, rules, examples) and a short user message at the end;
     - rewrite: a fixed instruction, then the conversation so far (variable) and the new message;
     - final: a short fixed instruction, then retrieved passages and history that vary per request.
+
+    `template_seed`: the fixed texts from this seed, the requests from `seed` (a long log written in batches keeps
+    one bot's templates); by default both come from `seed`.
     """
     rng = random.Random(seed)
-    intent_template = "Classify the customer's message.\n" + text_of_tokens(rng, 1500, "policy")
-    rewrite_instruction = "Rewrite the last message as a standalone question.\n" + text_of_tokens(rng, 420, "policy")
-    final_instruction = "Answer the customer using the passages.\n" + text_of_tokens(rng, 110, "policy") + "\n"
+    fixed = rng if template_seed is None else random.Random(template_seed)
+    intent_template = "Classify the customer's message.\n" + text_of_tokens(fixed, 1500, "policy")
+    rewrite_instruction = "Rewrite the last message as a standalone question.\n" + text_of_tokens(fixed, 420, "policy")
+    final_instruction = "Answer the customer using the passages.\n" + text_of_tokens(fixed, 110, "policy") + "\n"
     records = []
     for i in range(count):
         message = user_message(rng, rng.randrange(12, 24))

@@ -1,0 +1,98 @@
+"""The audit at scale (a benchmark, not a test): `python -m lab.audit` on a generated log of N prompts.
+
+    python -m lab.audit.bench [--prompts 100000] [--log PATH]
+
+The log: customer-service prompts of about 1,000 tokens (lab.experiments.generators.customer_service), gzipped
+JSONL, from three sources (the bot's three stages) whose timestamps interleave, written out of time order, with
+twelve tenants. A separate process writes it (once per size, kept under runs/audit/), so that the peak resident
+memory recorded is the audit's alone. Each stage's seconds and the peak go to data/results/bench_audit-N. Run it
+under `/usr/bin/time -v` for the same peak as the operating system reports it ("Maximum resident set size").
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from lab.audit.core import audit
+from lab.audit.report import audit_dir
+from lab.experiments.results import environment, hardware_line, save_results
+
+TARGETS = {100_000: (60.0, 2.0), 1_000_000: (600.0, 2.0)}  # prompts: (seconds, peak GiB), on 2 cores
+BATCH = 3000  # prompts generated at a time
+
+
+def write_log(path: str | Path, prompts: int, seed: int = 0, tenants: int = 12) -> None:
+    """`prompts` customer-service requests, a batch at a time (one bot's templates, each batch's own customers): each
+    batch's three stages written one after the other, so that the file is out of time order."""
+    from tqdm.auto import tqdm
+
+    from lab.experiments.generators import customer_service
+
+    rng = random.Random(seed)
+    with gzip.open(path, "wt", compresslevel=1) as f:
+        for start in tqdm(range(0, prompts, BATCH), desc="writing the log", unit="batches", leave=False):
+            records = customer_service(-(-min(BATCH, prompts - start) // 3), seed=seed + 1 + start // BATCH,
+                                       template_seed=seed)[:prompts - start]
+            arrival = {r["id"]: 1_764_579_600 + (start + i) * 0.05 + rng.random() for i, r in enumerate(records)}
+            for r in sorted(records, key=lambda r: r["stage"]):
+                f.write(json.dumps({"prompt": r["prompt"], "source": r["stage"],
+                                    "tenant": f"customer-{rng.randrange(tenants)}", "timestamp": arrival[r["id"]]}) + "\n")
+
+
+def peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # kilobytes on Linux
+
+
+def run(prompts: int, log: Path | None, kv_tokens: int, replicas: int) -> int:
+    log = log or audit_dir() / f"bench-log-{prompts}.jsonl.gz"
+    if not log.is_file():
+        log.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "lab.audit.bench", "--write-log", str(log), "--prompts", str(prompts)],
+                       check=True)
+    start = time.perf_counter()
+    result = audit(log, confirm=0, kv_tokens=kv_tokens, replicas=replicas)
+    seconds, peak = time.perf_counter() - start, peak_rss_gib()
+    stages = pd.DataFrame([{"stage": name, "seconds": s} for name, s in result.seconds.items()])
+    env = environment(benchmark="audit", prompts=result.prompts, mean_prompt_tokens=round(result.prompt_tokens.mean, 1),
+                      seconds=round(seconds, 1), peak_rss_gib=round(peak, 3), kv_tokens=kv_tokens, replicas=replicas,
+                      explained=result.explained, field_sample=result.field_sample,
+                      block_sizes=sorted(result.hit_rate_by_block_size), log=log.name)
+    path = save_results(stages, f"bench_audit-{result.prompts}", env)
+    target = TARGETS.get(result.prompts)
+    print(hardware_line(env))
+    print(stages.to_string(index=False))
+    print(f"{result.prompts:,} prompts of {result.prompt_tokens.mean:,.0f} tokens on average: {seconds:.1f} s, peak "
+          f"resident memory {peak:.2f} GiB" + (f" (targets: at most {target[0]:.0f} s and {target[1]:.0f} GiB)"
+                                               if target else ""))
+    print(f"saved {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.audit.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=int, default=100_000)
+    parser.add_argument("--log", type=Path, help="audit this log instead of the generated one")
+    parser.add_argument("--kv-tokens", type=int, default=100_000)
+    parser.add_argument("--replicas", type=int, default=4)
+    parser.add_argument("--write-log", type=Path, help="only write the generated log to this path")
+    args = parser.parse_args(argv)
+    if args.prompts < 1:
+        parser.error(f"--prompts {args.prompts}: give a positive number of prompts, e.g. 100000")
+    if args.write_log:
+        write_log(args.write_log, args.prompts)
+        return 0
+    return run(args.prompts, args.log, args.kv_tokens, args.replicas)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
