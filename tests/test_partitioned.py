@@ -2,6 +2,7 @@
 of two worker processes, equals the same replay in one process, and each stream equals the PrefixCache replay."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -42,8 +43,13 @@ def test_the_replay_on_a_local_dask_cluster_equals_the_one_in_process(log):
 
     trace = read_trace(log, load_tokenizer(None), block_sizes=[32], progress=False)
     alone = fleet_replay(trace, replicas=4, block_size=32, kv_tokens=2_000)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as client:
-        spread = fleet_replay(trace, replicas=4, block_size=32, kv_tokens=2_000, client=client)
-        assert len(client.scheduler_info()["workers"]) == 2
+    environ = dict(os.environ)  # dask's nanny sets PYTHONHASHSEED in this process, which vLLM's first-block hash reads
+    try:
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+                distributed.Client(cluster) as client:
+            spread = fleet_replay(trace, replicas=4, block_size=32, kv_tokens=2_000, client=client)
+            assert len(client.scheduler_info()["workers"]) == 2
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
     assert np.array_equal(spread, alone) and alone.sum() > 0

@@ -109,3 +109,14 @@ def test_a_sample_size_that_is_not_a_count_is_named(tmp_path, tok):
     path.write_text(json.dumps({"prompt": "hello"}) + "\n")
     with pytest.raises(ValueError, match="sample"):
         read_trace(path, tok, block_sizes=[32], sample=0, progress=False)
+
+
+def test_the_working_set_per_window_counts_the_blocks_the_token_ids_hold(tmp_path, tok):
+    from lab.audit.timeline import distinct_blocks
+
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in log_lines(80, seed=2)))
+    prompts = read_prompts(path, tok, progress=False)
+    trace = read_trace(path, tok, block_sizes=[32], sample=5, progress=False)
+    window = np.arange(80) * 5 // 80
+    assert trace.block_hash_sets(32, window) == distinct_blocks(prompts.token_ids, 32)(window)

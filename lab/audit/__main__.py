@@ -25,12 +25,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confirm", type=int, default=32, help="prompts run on the real engine (0: none); with an "
                         "engine, a cost model of it is fitted first if this model and back-end have none")
     parser.add_argument("--output-tokens", type=int, default=8, help="answer length the projection assumes")
+    parser.add_argument("--explain", type=int, default=5_000, help="the first requests (arrival order) whose misses "
+                        "are explained and routed on a simulated fleet (every request counts in the hit rates)")
     parser.add_argument("--skip-bad", action="store_true", help="skip and count bad lines instead of stopping")
     parser.add_argument("--out", help="report folder (default: runs/audit/)")
     args = parser.parse_args(argv)
     try:
         result = audit(args.prompts, model=args.model, kv_tokens=args.kv_tokens, block_sizes=args.block_sizes,
                        replicas=args.replicas, confirm=args.confirm, output_tokens=args.output_tokens,
+                       fleet_sample=args.explain,
                        skip_bad=args.skip_bad)
     except (AuditInputError, ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)

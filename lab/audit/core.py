@@ -204,7 +204,7 @@ def _after_moving(fields: list[Field], texts: list[str], tokenizer, block_size: 
 
 def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAULT_KV_TOKENS,
           block_sizes: Sequence[int] | None = None, replicas: int = 4, confirm: int = 32, field_sample: int = 2000,
-          fleet_sample: int = 20_000, output_tokens: int = 8, skip_bad: bool = False,
+          fleet_sample: int = 5_000, output_tokens: int = 8, skip_bad: bool = False,
           progress: bool = True) -> AuditResult:
     """Every section of the report for one prompts file (see the module docstring). The hit rates per block size,
     the replay over time and the per-tenant salt cover every request; the causes of the misses, the fleet
@@ -213,7 +213,7 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
     cost model is fitted first if this model and back-end have none). Projections assume `output_tokens` per answer."""
     for name, value, example in (("replicas", replicas, "4"), ("output_tokens", output_tokens, "8"),
                                  ("kv_tokens", kv_tokens, "your engine's KV capacity, 100000"),
-                                 ("fleet_sample", fleet_sample, "20000"), ("field_sample", field_sample, "2000")):
+                                 ("fleet_sample", fleet_sample, "5000"), ("field_sample", field_sample, "2000")):
         positive_int(name, value, f"a positive number, e.g. {example}")
     lap = Laps()
     tokenizer = load_tokenizer(model)

@@ -5,7 +5,9 @@ that no other stream touches. Under consistent hashing of the tenant (vllm-route
 tenant as the session key) the replica depends on the request alone, so the streams can be cut before any replay
 and replayed anywhere: here as Dask tasks, on whatever cluster the `client` given is connected to (a local one
 in the tests; `dask-scheduler` and `dask-worker` on several machines take the same code). Without a client, the
-same tasks run one after another in this process, and the two results are equal.
+same tasks run one after another in this process, and the two results are equal. (The replay's hashes are the
+lab's own, seeded by nothing in the environment; a Dask nanny sets PYTHONHASHSEED in the process that starts it,
+which changes what `lab.core.block_hash` computes afterwards there, as it changes vLLM's.)
 
     from dask.distributed import Client, LocalCluster
     with Client(LocalCluster(n_workers=2)) as client:

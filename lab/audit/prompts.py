@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
+
+from lab.audit.line_tokens import LineTokenizer
+
 DEFAULT_KV_TOKENS = 100_000  # set --kv-tokens to your engine's: vLLM logs "KV cache size: N tokens" at start
 
 
@@ -163,17 +167,19 @@ def _check_file(path: Path) -> None:
 
 
 def tokenized_chunks(path: str | Path, tokenizer, *, skipped: list[str], max_model_len: int | None = None,
-                     skip_bad: bool = False, chunk: int = 1000) -> Iterator[list[tuple[dict, list[int]]]]:
+                     skip_bad: bool = False, chunk: int = 1000, arrays: bool = False) -> Iterator[list[tuple[dict, list[int]]]]:
     """The good records of a prompts file with their token ids, `chunk` at a time, in file order. A prompt longer
     than the model's context is a bad record too. Bad records raise AuditInputError naming the file and line, or
-    with `skip_bad` are listed in `skipped`; a file with no good record raises at the end."""
+    with `skip_bad` are listed in `skipped`; a file with no good record raises at the end. `arrays`: the ids as
+    numpy arrays instead of lists."""
     path = Path(path)
     _check_file(path)
     limit = max_model_len or getattr(tokenizer, "model_max_length", None)
     records, found = _good_records(path, tokenizer, skip_bad, skipped), 0
     while batch := list(itertools.islice(records, chunk)):
-        plain = iter(token_ids_of(tokenizer, [g["text"] for g in batch if not g["chat"]]))
-        chats = iter(token_ids_of(tokenizer, [g["text"] for g in batch if g["chat"]], add_special_tokens=False))
+        encode = token_arrays_of if arrays else token_ids_of
+        plain = iter(encode(tokenizer, [g["text"] for g in batch if not g["chat"]]))
+        chats = iter(encode(tokenizer, [g["text"] for g in batch if g["chat"]], add_special_tokens=False))
         kept = []
         for g in batch:
             ids = next(chats) if g["chat"] else next(plain)
@@ -220,14 +226,37 @@ def read_prompts(path: str | Path, tokenizer, *, max_model_len: int | None = Non
 
 
 def token_ids_of(tokenizer, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
-    """The token ids of each text, as `tokenizer(texts)["input_ids"]` gives them; through the Rust tokenizer's
-    batch call without offsets or attention masks when there is one (several times faster on long prompts)."""
+    """The token ids of each text, as `tokenizer(texts)["input_ids"]` gives them: a distinct line at a time where that
+    is exact (lab.audit.line_tokens), else through the Rust tokenizer's batch call without offsets or attention
+    masks when there is one (several times faster on long prompts)."""
     if not texts:
         return []
+    lines = _line_tokenizer(tokenizer)
+    if lines is not None:
+        return lines.encode(texts, add_special_tokens=add_special_tokens)
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None and hasattr(backend, "encode_batch_fast"):
         return [e.ids for e in backend.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)]
     return tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"]
+
+
+def token_arrays_of(tokenizer, texts: Sequence[str], add_special_tokens: bool = True) -> list[np.ndarray]:
+    """`token_ids_of` as one int64 array per text, for callers that hold many."""
+    lines = _line_tokenizer(tokenizer)
+    if lines is not None and texts:
+        return lines.encode_arrays(texts, add_special_tokens=add_special_tokens)
+    return [np.asarray(ids, dtype=np.int64) for ids in token_ids_of(tokenizer, texts, add_special_tokens)]
+
+
+_LINE_TOKENIZERS: dict[int, tuple[object, LineTokenizer | None]] = {}
+
+
+def _line_tokenizer(tokenizer) -> LineTokenizer | None:
+    """One line tokenizer (and its memo) per tokenizer object."""
+    held = _LINE_TOKENIZERS.get(id(tokenizer))
+    if held is None or held[0] is not tokenizer:
+        held = _LINE_TOKENIZERS[id(tokenizer)] = (tokenizer, LineTokenizer.for_tokenizer(tokenizer))
+    return held[1]
 
 
 def encode(tokenizer, texts: Sequence[str]) -> list[list[int]]:

@@ -162,12 +162,11 @@ def _load_table(load: pd.DataFrame) -> pd.DataFrame:
 
 
 def audit_context() -> dict | None:
-    """The audit of notebook 20: the customer-service bot, the timestamped template, and the scale run."""
+    """The audit of notebook 20: the customer-service bot, the timestamped template, and the runs at scale."""
     audit, meta = _latest_or_none("20_your_workload-audit")
     if audit is None:
         return None
     bot, stamped = audit.set_index("workload").loc["customer_service"], audit.set_index("workload").loc["timestamped"]
-    scale, scale_meta = _latest_or_none("20_your_workload-scale")
     return {"run_id": meta["run_id"],
             "bot": {"prompts": int(bot.prompts), "hit_rate": bot.hit_rate, "block_size": int(bot.recommended_block_size),
                     "radix_hit_rate": bot.radix_hit_rate, "projected": bot.projected_throughput_gain,
@@ -176,10 +175,18 @@ def audit_context() -> dict | None:
                     "projected_sample": bot.get("projected_sample_throughput_gain", float("nan")),
                     "salted": bot.salted_hit_rate},
             "stamped": {"fields": stamped.fields, "hit_rate": stamped.hit_rate, "after": stamped.hit_rate_after_moving_fields},
-            "scale": None if scale is None else {
-                "run_id": scale_meta["run_id"], "prompts": scale_meta["environment"]["prompts"],
-                "mean_tokens": scale_meta["environment"]["mean_prompt_tokens"], "total": scale.seconds.sum(),
-                "sections": list(zip(scale.section, scale.seconds))}}
+            "scale": [run for size in (100_000, 1_000_000) if (run := _bench_audit(size))]}
+
+
+def _bench_audit(prompts: int) -> dict | None:
+    """One `python -m lab.audit.bench` run: its size, seconds, peak memory and seconds per stage."""
+    stages, meta = _latest_or_none(f"bench_audit-{prompts}")
+    if stages is None:
+        return None
+    e = meta["environment"]
+    return {"run_id": meta["run_id"], "prompts": e["prompts"], "mean_tokens": e["mean_prompt_tokens"],
+            "total": e["seconds"], "peak_gib": e["peak_rss_gib"], "explained": e["explained"],
+            "sections": list(zip(stages.stage, stages.seconds))}
 
 
 def why_context() -> dict | None:
