@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 import plotly.express as px
 
-from lab import PROJECT_ROOT
 from lab.audit.core import AuditResult
 from lab.experiments.results import write_atomically
+from lab.paths import folder
 
 
 def figures(result: AuditResult) -> dict[str, object]:
@@ -139,7 +138,7 @@ def to_html(result: AuditResult, json_name: str | None = None) -> str:
 
 def audit_dir() -> Path:
     """Where reports go by default: runs/audit/ in the project (ignored by git), or LAB_AUDIT_DIR."""
-    return Path(os.environ.get("LAB_AUDIT_DIR", PROJECT_ROOT / "runs" / "audit"))
+    return folder("audit", create=False)
 
 
 def write_report(result: AuditResult, out_dir: str | Path | None = None) -> list[Path]:

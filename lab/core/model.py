@@ -18,11 +18,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from lab import PROJECT_ROOT
 from lab.core.packaged_model import PACKAGED, build_packaged_model
 from lab.core.random_model import PRESETS, Preset, build_random_model, llama_config
+from lab.paths import folder
 
-MODELS_DIR = Path(os.environ.get("LAB_MODELS_DIR", PROJECT_ROOT / "models"))
+MODELS_DIR = folder("models", create=False)
 # where the wheels of packaged models are downloaded to (or placed by hand)
 WHEEL_DIR = Path(os.environ.get("LAB_WHEEL_DIR", MODELS_DIR / "wheels"))
 ALL_PRESETS = sorted([*PRESETS, *PACKAGED])

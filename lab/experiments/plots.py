@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lab import PROJECT_ROOT
 from lab.experiments.provenance import stamp_png
+from lab.paths import folder
 
 CHROME_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 
@@ -22,9 +23,7 @@ COMMITTED_FIGURES_DIR = PROJECT_ROOT / "figures"  # the canonical run's figures 
 def figures_dir() -> Path:
     """Where a run's figures go: runs/figures/ in the project, or LAB_FIGURES_DIR (the tests point it elsewhere).
     Never figures/ itself: only `make promote` writes there, from the canonical run."""
-    path = Path(os.environ.get("LAB_FIGURES_DIR", PROJECT_ROOT / "runs" / "figures"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return folder("figures")
 
 
 def find_chrome() -> str | None:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from lab import PROJECT_ROOT
 from lab.experiments.provenance import current_run
+from lab.paths import folder
 from lab.serving.backend import hardware
 
 CANONICAL_DIR = PROJECT_ROOT / "data" / "reference" / "results"
@@ -26,9 +27,7 @@ CANONICAL_DIR = PROJECT_ROOT / "data" / "reference" / "results"
 
 def results_dir() -> Path:
     """data/results/ in the project, or LAB_RESULTS_DIR (the tests point it elsewhere)."""
-    path = Path(os.environ.get("LAB_RESULTS_DIR", PROJECT_ROOT / "data" / "results"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return folder("results")
 
 
 def environment(**details: Any) -> dict[str, Any]:

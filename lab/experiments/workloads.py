@@ -9,24 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import PROJECT_ROOT
 from lab.checks import positive_int
 from lab.core.model import ensure_model
 from lab.core.random_model import CORPUS_DIR
 from lab.experiments import generators
 from lab.experiments.generators import GENERATORS, Record, num_tokens
 from lab.experiments.results import write_atomically
+from lab.paths import folder
 
 
 def workloads_dir() -> Path:
-    path = Path(os.environ.get("LAB_WORKLOADS_DIR", PROJECT_ROOT / "data" / "workloads"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return folder("workloads")
 
 
 @dataclass
