@@ -39,8 +39,10 @@ def salt_seeds(salts: Sequence[str | None]) -> np.ndarray:
 
 
 def flatten(token_ids: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Every token of the prompts in one array, and each prompt's length."""
+    """Every token of the prompts (lists or arrays) in one array, and each prompt's length."""
     lengths = np.fromiter(map(len, token_ids), dtype=np.int64, count=len(token_ids))
+    if token_ids and isinstance(token_ids[0], np.ndarray):
+        return np.concatenate(token_ids).astype(np.uint64), lengths
     return np.fromiter(itertools.chain.from_iterable(token_ids), dtype=np.uint64, count=int(lengths.sum())), lengths
 
 

@@ -32,10 +32,6 @@ def tenant_routes(tenants: list[str | None], replicas: int, seed: int = 0) -> np
                      for i, tenant in enumerate(tenants)], dtype=np.int64)
 
 
-def _replay_stream(chains: list[list[int]], lengths: list[int], block_size: int, num_blocks: int) -> np.ndarray:
-    return replay_chains(chains, lengths, block_size, num_blocks)
-
-
 def fleet_replay(trace: Trace, replicas: int, block_size: int, kv_tokens: int, client=None) -> np.ndarray:
     """Each request's cached tokens when the log is routed by tenant onto `replicas` replicas of `kv_tokens` each,
     every replica replaying its own requests in arrival order: one task per replica, on `client`'s Dask cluster,
@@ -48,9 +44,9 @@ def fleet_replay(trace: Trace, replicas: int, block_size: int, kv_tokens: int, c
     lengths = [trace.lengths[routes == r].tolist() for r in range(replicas)]
     num_blocks = max(kv_tokens // block_size, 1)
     if client is None:
-        results = [_replay_stream(streams[r], lengths[r], block_size, num_blocks) for r in range(replicas)]
+        results = [replay_chains(streams[r], lengths[r], block_size, num_blocks) for r in range(replicas)]
     else:
-        futures = [client.submit(_replay_stream, streams[r], lengths[r], block_size, num_blocks, pure=False)
+        futures = [client.submit(replay_chains, streams[r], lengths[r], block_size, num_blocks, pure=False)
                    for r in range(replicas)]
         results = client.gather(futures)
     cached = np.zeros(trace.requests, dtype=np.int64)

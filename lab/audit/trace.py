@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab.audit.block_arrays import NO_SALT, BlockArrays, salt_seeds
+from lab.audit.block_arrays import NO_SALT, BlockArrays, flatten, salt_seeds
 from lab.audit.prompts import AuditInputError, Prompts, arrival_key, tokenized_chunks
 from lab.audit.replay import replay_chains
 from lab.checks import positive_int
@@ -154,8 +154,7 @@ def read_trace(path: str | Path, tokenizer, *, block_sizes: Sequence[int], sampl
         for chunk in tokenized_chunks(path, tokenizer, skipped=skipped, max_model_len=max_model_len,
                                       skip_bad=skip_bad, chunk=CHUNK, arrays=True):
             if chunk:
-                tokens = np.concatenate([ids for _, ids in chunk]).astype(np.uint64)
-                lengths = np.fromiter((len(ids) for _, ids in chunk), dtype=np.int64, count=len(chunk))
+                tokens, lengths = flatten([ids for _, ids in chunk])
                 for arrays in blocks.values():
                     arrays.add(tokens, lengths)
                 for entry, ids in chunk:

@@ -127,14 +127,16 @@ class FleetSim:
 
     def replica_for_key(self, key: Hashable) -> int:
         """consistent_hash's replica for a session key: the same every time, whatever else was routed."""
-        start = bisect.bisect(self.ring, (_hash64(self.seed, key),))
-        return self.ring[start % len(self.ring)][1]
+        return self.ring[self._ring_start(key) % len(self.ring)][1]
+
+    def _ring_start(self, key: Hashable) -> int:
+        return bisect.bisect(self.ring, (_hash64(self.seed, key),))
 
     def _on_ring(self, key: Hashable) -> int:
         """consistent_hash: the first replica clockwise from the key's point. bounded_load (consistent hashing
         with bounded loads, Mirrokni, Thorup and Zadimoghaddam 2018): the first whose load stays within
         `load_factor` x the mean load once this request is counted."""
-        start = bisect.bisect(self.ring, (_hash64(self.seed, key),))
+        start = self._ring_start(key)
         cap = math.ceil(self.knobs.load_factor * (sum(self.load) + 1) / len(self.load))
         for i in range(len(self.ring)):
             replica = self.ring[(start + i) % len(self.ring)][1]
