@@ -65,7 +65,9 @@ promote: setup
 
 # Everything (ruff; unit, parity, notebooks via nbval, browser, workshop), two test files at a time (one per
 # core), with line coverage of lab/ in the pytest processes. `make test-fast`: what needs no engine or server.
-PYTEST_PARALLEL ?= -n 2 --dist loadfile
+# --no-loadscope-reorder keeps the order conftest.py gives the files (longest first): xdist would otherwise hand
+# out files with the most tests first, and the browser tests (few, long) started last, one worker idle meanwhile.
+PYTEST_PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 # line coverage of lab/ before the suite work, measured the same way (the pytest processes; kernels not counted)
 COVERAGE_MIN ?= 90
 

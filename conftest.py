@@ -39,15 +39,21 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
-# The longest files first (seconds each in a CI run on 2 cores): the two xdist workers take files in this order, so
-# a long file started last cannot leave one worker running alone at the end (the browser tests once did, ~1 min).
-LONGEST_FIRST = ("tests/test_browser.py", "notebooks/11_routing.ipynb", "notebooks/17_capacity.ipynb",
-                 "notebooks/16_gain_vs_hit_rate.ipynb", "notebooks/07_cache_warmup.ipynb",
-                 "notebooks/05_cache_on_vs_off.ipynb", "notebooks/08_eviction.ipynb",
-                 "notebooks/14_why_it_missed.ipynb", "notebooks/18_model_size.ipynb", "notebooks/04_block_size_sweep.ipynb",
-                 "notebooks/09_serving_and_metrics.ipynb",
-                 "notebooks/03_ttft_breakdown.ipynb", "tests/test_workshop.py", "tests/test_smollm2_vllm.py",
-                 "tests/test_packaged_model.py")
+# The longest files first (seconds each in `make test` on 2 cores, 2026-12-02): the two xdist workers take files in
+# this order (the Makefile's --no-loadscope-reorder keeps it), so a long file started last cannot leave one worker
+# running alone at the end (the browser tests did, for over 2 min).
+LONGEST_FIRST = ("notebooks/18_model_size.ipynb",  # 267 s with 16 prompts; 8 since
+                 "tests/test_browser.py",  # 135
+                 "notebooks/11_routing.ipynb",  # 118
+                 "notebooks/17_capacity.ipynb",  # 95
+                 "notebooks/05_cache_on_vs_off.ipynb", "notebooks/04_block_size_sweep.ipynb",  # 89, 84
+                 "tests/test_smollm2_vllm.py", "notebooks/03_ttft_breakdown.ipynb",  # 83, 82
+                 "notebooks/13_replica_failure.ipynb", "notebooks/14_why_it_missed.ipynb",  # 69, 66
+                 "notebooks/16_gain_vs_hit_rate.ipynb", "notebooks/09_serving_and_metrics.ipynb",  # 64, 63
+                 "tests/test_server.py", "notebooks/08_eviction.ipynb", "notebooks/06_prompt_design.ipynb",  # 62, 62, 60
+                 "notebooks/10_timing_side_channel.ipynb", "notebooks/20_your_workload.ipynb",  # 57, 57
+                 "notebooks/07_cache_warmup.ipynb", "notebooks/12_fleet_simulator.ipynb",  # 56, 54
+                 "tests/test_workshop.py", "tests/test_packaged_model.py", "tests/test_parity_vllm.py")  # 52, 41, 38
 
 
 def pytest_collection_modifyitems(config, items):
