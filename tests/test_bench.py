@@ -47,7 +47,7 @@ def test_the_audit_benchmark_writes_a_timestamped_log_out_of_order_and_records_i
     from lab.experiments.results import load_latest
 
     log = tmp_path / "log.jsonl.gz"
-    assert audit_bench(["--prompts", "600", "--log", str(log)]) == 0
+    assert audit_bench(["--prompts", "600", "--log", str(log), "--workers", "2"]) == 0
     with gzip.open(log, "rt") as f:
         records = [json.loads(line) for line in f]
     stamps = [r["timestamp"] for r in records]
@@ -56,5 +56,6 @@ def test_the_audit_benchmark_writes_a_timestamped_log_out_of_order_and_records_i
     stages, meta = load_latest("bench_audit-600")
     assert set(stages.stage) >= {"read and tokenize", "hit rates", "tenant salt"}
     env = meta["environment"]
-    assert env["prompts"] == env["explained"] == 600 and env["block_sizes"] == [32, 64, 128] and "peak_rss_gib" in env
+    assert env["prompts"] == env["explained"] == 600 and env["block_sizes"] == [32, 64, 128] and env["workers"] == 2
+    assert env["peak_memory_gib"] == max(env["peak_rss_gib"], env["peak_total_pss_gib"]) and env["peak_total_pss_gib"] > 0
     assert "600 prompts of" in capsys.readouterr().out

@@ -283,7 +283,7 @@ def test_the_audit_section_comes_from_the_audit_results(results):
          "hit_rate_after_moving_fields": 0.86, "fields": "Current time: + Request id:"}]), "20_your_workload-audit", env)
     save_results(pd.DataFrame({"stage": ["read and tokenize", "hit rates"], "seconds": [100.0, 50.0]}),
                  "bench_audit-100000", environment(prompts=100000, mean_prompt_tokens=1017.0, seconds=151.0,
-                                                   peak_rss_gib=1.29, explained=5000))
+                                                   peak_memory_gib=1.29, workers=2, explained=5000))
     audit = results_context()["audit"]
     assert audit["bot"] | {"policy": None} == {"prompts": 300, "hit_rate": 0.675, "block_size": 32, "radix_hit_rate": 0.688,
                                                "projected": 2.92, "measured": 2.14, "policy": None, "salted": 0.31,
@@ -291,7 +291,8 @@ def test_the_audit_section_comes_from_the_audit_results(results):
     assert audit["stamped"] == {"fields": "Current time: + Request id:", "hit_rate": 0.0, "after": 0.86}
     assert [run["prompts"] for run in audit["scale"]] == [100000] and audit["scale"][0]["total"] == 151.0
     text = results_section()
-    for number in ("67.5%", "68.8%", "x2.92", "x2.14", "x2.40", "24", "86.0%", "100,000", "151 s", "1.29 GiB", "5,000"):
+    for number in ("67.5%", "68.8%", "x2.92", "x2.14", "x2.40", "24", "86.0%", "100,000", "151 s", "1.29 GiB", "1.39 GB",
+                   "2 processes", "5,000"):
         assert number in text
 
 

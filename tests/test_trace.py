@@ -1,6 +1,7 @@
 """lab.audit.trace and lab.audit.block_arrays: a log read once into block hash arrays, replayed exactly as the lab's
 PrefixCache (vLLM V1's block pool) replays the token ids, with the log's records, order and errors."""
 
+import gzip
 import json
 import random
 
@@ -120,3 +121,26 @@ def test_the_working_set_per_window_counts_the_blocks_the_token_ids_hold(tmp_pat
     trace = read_trace(path, tok, block_sizes=[32], sample=5, progress=False)
     window = np.arange(80) * 5 // 80
     assert trace.block_hash_sets(32, window) == distinct_blocks(prompts.token_ids, 32)(window)
+
+
+def test_reading_in_two_processes_gives_the_trace_one_process_gives(tmp_path, tok, monkeypatch):
+    import lab.audit.trace as trace_module
+
+    monkeypatch.setattr(trace_module, "CHUNK", 16)  # several chunks, so that both processes read and the sample
+    path = tmp_path / "log.jsonl.gz"                # is chosen across chunks
+    lines = log_lines(150, seed=3)
+    lines[40] = {"prompt": ""}  # a bad record, skipped in either
+    with gzip.open(path, "wt") as f:
+        f.write("".join(json.dumps(line) + "\n" for line in lines))
+    one, two = (read_trace(path, tok, block_sizes=[32, 64], sample=20, skip_bad=True, progress=False, workers=n)
+                for n in (1, 2))
+    for name in ("lengths", "lines", "order"):
+        assert getattr(one, name).tolist() == getattr(two, name).tolist()
+    assert (one.arrivals, one.tenants, one.skipped) == (two.arrivals, two.tenants, two.skipped) and len(one.skipped) == 1
+    assert one.sample.token_ids == two.sample.token_ids and one.sample.lines == two.sample.lines
+    assert one.replay(32, 2_000).tolist() == two.replay(32, 2_000).tolist()
+    assert one.sample.lines == read_prompts(path, tok, skip_bad=True, progress=False).lines[:20]
+    with pytest.raises(AuditInputError, match=r"log.jsonl.gz:41: 'prompt' must be a non-empty string"):
+        read_trace(path, tok, block_sizes=[32], progress=False, workers=2)
+    with pytest.raises(ValueError, match="workers"):
+        read_trace(path, tok, block_sizes=[32], progress=False, workers=0)

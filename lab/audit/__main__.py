@@ -27,14 +27,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-tokens", type=int, default=8, help="answer length the projection assumes")
     parser.add_argument("--explain", type=int, default=5_000, help="the first requests (arrival order) whose misses "
                         "are explained and routed on a simulated fleet (every request counts in the hit rates)")
+    parser.add_argument("--workers", type=int, default=1, help="processes that read the log (default 1: the "
+                        "tokenizer's threads use every core; more processes pay on machines with more cores)")
     parser.add_argument("--skip-bad", action="store_true", help="skip and count bad lines instead of stopping")
     parser.add_argument("--out", help="report folder (default: runs/audit/)")
     args = parser.parse_args(argv)
     try:
         result = audit(args.prompts, model=args.model, kv_tokens=args.kv_tokens, block_sizes=args.block_sizes,
                        replicas=args.replicas, confirm=args.confirm, output_tokens=args.output_tokens,
-                       fleet_sample=args.explain,
-                       skip_bad=args.skip_bad)
+                       fleet_sample=args.explain, skip_bad=args.skip_bad, workers=args.workers)
     except (AuditInputError, ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

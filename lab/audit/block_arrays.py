@@ -81,7 +81,10 @@ class BlockArrays:
 
     def add(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
         """One chunk of prompts, as `flatten` gives them."""
-        content, counts = content_hashes(tokens, lengths, self.block_size)
+        self.append(*content_hashes(tokens, lengths, self.block_size))
+
+    def append(self, content: np.ndarray, counts: np.ndarray) -> None:
+        """One chunk's content hashes and blocks per prompt, as `content_hashes` gives them."""
         self.chunks.append(content)
         self.counts.append(counts)
 
@@ -89,16 +92,15 @@ class BlockArrays:
     def nbytes(self) -> int:
         return sum(c.nbytes for c in self.chunks) + sum(c.nbytes for c in self.counts)
 
-    def chains(self, seeds: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-        """The chain hashes chunk by chunk (prompt i's first parent seeds[i], in file order) and where each
-        prompt's blocks start in its chunk's array."""
-        out, starts, done = [], [], 0
-        for content, counts in zip(self.chunks, self.counts):
-            out.append(chain(content, counts, seeds[done:done + len(counts)]))
-            starts.append(np.cumsum(counts) - counts)
-            done += len(counts)
-        return out, np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64)
+    def chunk_chain(self, k: int, seeds: np.ndarray) -> np.ndarray:
+        """Chunk k's chain hashes, its prompt i's first parent being seeds[i] (computed when asked: a log's chains
+        are never all held at once)."""
+        return chain(self.chunks[k], self.counts[k], seeds)
 
-    def prompt_chunks(self) -> np.ndarray:
-        """The chunk each prompt's blocks are in."""
-        return np.repeat(np.arange(len(self.counts)), [len(c) for c in self.counts])
+    def layout(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per prompt (file order): the chunk its blocks are in, where they start in that chunk, and how many
+        there are."""
+        chunk_of = np.repeat(np.arange(len(self.counts)), [len(c) for c in self.counts])
+        starts = [np.cumsum(c) - c for c in self.counts]
+        return (chunk_of, np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64),
+                np.concatenate(self.counts) if self.counts else np.zeros(0, dtype=np.int64))

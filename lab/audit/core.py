@@ -81,6 +81,7 @@ class AuditResult:
     tenant_salt: SaltCost | None
     seconds: dict[str, float]
     replay: str = "one request at a time, in arrival order, least recently used evicted first"
+    reading_workers: int = 1  # processes that parsed, tokenized and hashed the log
 
     def to_json(self) -> dict:
         """Plain values only (tables as lists of records), for a JSON summary."""
@@ -205,12 +206,12 @@ def _after_moving(fields: list[Field], texts: list[str], tokenizer, block_size: 
 def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAULT_KV_TOKENS,
           block_sizes: Sequence[int] | None = None, replicas: int = 4, confirm: int = 32, field_sample: int = 2000,
           fleet_sample: int = 5_000, output_tokens: int = 8, skip_bad: bool = False,
-          progress: bool = True) -> AuditResult:
+          progress: bool = True, workers: int = 1) -> AuditResult:
     """Every section of the report for one prompts file (see the module docstring). The hit rates per block size,
     the replay over time and the per-tenant salt cover every request; the causes of the misses, the fleet
     simulation and the projection the first `fleet_sample` requests in arrival order, and the field search the
-    first `field_sample`, and say so. `confirm` prompts run on the real engine (0: no engine; with an engine, a
-    cost model is fitted first if this model and back-end have none). Projections assume `output_tokens` per answer."""
+    first `field_sample`, and say so. `confirm` prompts run on the real engine (0: no engine; with one, a cost model
+    is fitted first if none is), projections assume `output_tokens` per answer, `workers` processes read the log."""
     for name, value, example in (("replicas", replicas, "4"), ("output_tokens", output_tokens, "8"),
                                  ("kv_tokens", kv_tokens, "your engine's KV capacity, 100000"),
                                  ("fleet_sample", fleet_sample, "5000"), ("field_sample", field_sample, "2000")):
@@ -219,7 +220,7 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
     tokenizer = load_tokenizer(model)
     sizes = list(block_sizes or accepted_block_sizes())
     trace = read_trace(path, tokenizer, block_sizes=sizes, sample=max(fleet_sample, field_sample), skip_bad=skip_bad,
-                       progress=progress)
+                       progress=progress, workers=workers)
     prompts = trace.sample
     check_capacity(trace.lengths, kv_tokens, trace.lines, trace.path)
     lap("read and tokenize")
@@ -251,4 +252,4 @@ def audit(path: str | Path, *, model: str | None = None, kv_tokens: int = DEFAUL
         fields=fields,
         field_sample=len(texts), projection=projection, after_moving_fields=moved,
         cost_model_run=fit_meta["run_id"], cost_model_fitted_on=fit_meta["environment"]["device"],
-        confirmation=confirmation, fleet=fleet, tenant_salt=salt, seconds=lap.seconds)
+        confirmation=confirmation, fleet=fleet, tenant_salt=salt, seconds=lap.seconds, reading_workers=workers)

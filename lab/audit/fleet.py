@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from lab.experiments.fleet_sim import SIMULATED_ROUTER_POLICIES, CacheAwareKnobs, FleetSim, summarize_sim
+from lab.experiments.fleet_sim import SIMULATED_ROUTER_POLICIES, CacheAwareKnobs, FleetSim, hash_requests, summarize_sim
 
 THRESHOLDS = (0.3, 0.5, 0.8)  # cache_aware --cache-threshold values tried
 
@@ -45,11 +45,13 @@ def fleet_policies(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | N
     keys = list(tenants) if all(t is not None for t in tenants) else None
     runs = [(policy, threshold) for policy in SIMULATED_ROUTER_POLICIES
             for threshold in (THRESHOLDS if policy == "cache_aware" else (None,))]
+    chains = hash_requests(token_ids, block_size)  # once for every policy
     rows, routes = [], {}
     for policy, threshold in tqdm(runs, desc="simulating policies", disable=not progress, leave=False):
         knobs = CacheAwareKnobs(cache_threshold=threshold) if threshold is not None else None
         sim = FleetSim(replicas, policy, kv_blocks=kv_tokens // block_size, block_size=block_size, knobs=knobs)
-        routed = sim.run(token_ids, concurrency=2 * replicas, keys=keys if policy == "consistent_hash" else None)
+        routed = sim.run(token_ids, concurrency=2 * replicas, keys=keys if policy == "consistent_hash" else None,
+                         chains=chains)
         s = summarize_sim(routed, replicas)
         name = policy if threshold is None else f"cache_aware --cache-threshold {threshold}"
         routes[name] = routed.replica.tolist()

@@ -6,16 +6,17 @@ bad record named by file, line (or row) and fix."""
 from __future__ import annotations
 
 import gzip
+import io
 import itertools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
-from lab.audit.line_tokens import LineTokenizer
+from lab.audit.piece_tokens import PieceTokenizer
 
 DEFAULT_KV_TOKENS = 100_000  # set --kv-tokens to your engine's: vLLM logs "KV cache size: N tokens" at start
 
@@ -128,21 +129,29 @@ def _jsonl_line(raw: bytes, where: str) -> dict | None:
                               '{"prompt": "..."}') from error
 
 
-def _records(path: Path) -> Iterator[tuple[str, int, bytes | dict]]:
-    """(where, number, raw line or record) for every line of a JSONL file (gzipped or not) or row of a Parquet file."""
+def raw_records(path: Path) -> Iterator[tuple[str, int, bytes | dict]]:
+    """(where, number, raw line or record) for every line of a JSONL file (gzipped or not) or row of a Parquet file,
+    not yet parsed (good_records parses them)."""
+    _check_file(path)
     if path.suffix == ".parquet":
         for number, (where, record) in enumerate(_parquet_rows(path), start=1):
             yield where, number, record
         return
     with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
+        lines = io.BufferedReader(f, buffer_size=2 ** 20) if path.suffix == ".gz" else f  # a line at a time from gzip
+        for number, raw in enumerate(lines, start=1):                                      # is slow unbuffered
             yield f"{path}:{number}", number, raw
 
 
 def _good_records(path: Path, tokenizer, skip_bad: bool, skipped: list[str]) -> Iterator[dict]:
-    """One entry per good line or row, in file order: text, its number, arrival time, tenant, salt, and whether
-    it is a chat; a bad one raises, or with `skip_bad` is listed in `skipped`."""
-    for where, number, raw in _records(path):
+    return good_records(raw_records(path), tokenizer, skip_bad, skipped)
+
+
+def good_records(records: Iterable[tuple[str, int, bytes | dict]], tokenizer, skip_bad: bool,
+                 skipped: list[str]) -> Iterator[dict]:
+    """One entry per good record of `records` (raw_records), in order: text, its number, arrival time, tenant,
+    salt, and whether it is a chat; a bad one raises, or with `skip_bad` is listed in `skipped`."""
+    for where, number, raw in records:
         try:
             record = _jsonl_line(raw, where) if isinstance(raw, bytes) else raw
             if record is None:
@@ -177,26 +186,38 @@ def tokenized_chunks(path: str | Path, tokenizer, *, skipped: list[str], max_mod
     limit = max_model_len or getattr(tokenizer, "model_max_length", None)
     records, found = _good_records(path, tokenizer, skip_bad, skipped), 0
     while batch := list(itertools.islice(records, chunk)):
-        encode = token_arrays_of if arrays else token_ids_of
-        plain = iter(encode(tokenizer, [g["text"] for g in batch if not g["chat"]]))
-        chats = iter(encode(tokenizer, [g["text"] for g in batch if g["chat"]], add_special_tokens=False))
-        kept = []
-        for g in batch:
-            ids = next(chats) if g["chat"] else next(plain)
-            if limit and len(ids) > limit:
-                message = (f"{path}:{g['line']}: {len(ids)} tokens, longer than the model's context of {limit}; "
-                           "shorten it, or audit with a model whose context holds it (--model)")
-                if not skip_bad:
-                    raise AuditInputError(message + " (--skip-bad skips bad lines and counts them)")
-                skipped.append(message)
-                continue
-            kept.append((g, ids))
         found += len(batch)
-        yield kept
+        yield tokenize_batch(batch, tokenizer, path=path, limit=limit, skip_bad=skip_bad, skipped=skipped,
+                             arrays=arrays)
     if not found:
-        reason = f"all {len(skipped)} lines are bad" if skipped else "it is empty"
-        raise AuditInputError(f"{path}: nothing to audit, {reason}; write one JSON object per line, "
-                              'e.g. {"prompt": "You are a support bot. ..."}')
+        raise_nothing_to_audit(path, skipped)
+
+
+def tokenize_batch(batch: list[dict], tokenizer, *, path: str | Path, limit: int | None, skip_bad: bool,
+                   skipped: list[str], arrays: bool = False) -> list[tuple[dict, list[int] | np.ndarray]]:
+    """The good records of one batch (good_records) with their token ids; one longer than `limit` tokens is a bad
+    record too."""
+    encode = token_arrays_of if arrays else token_ids_of
+    plain = iter(encode(tokenizer, [g["text"] for g in batch if not g["chat"]]))
+    chats = iter(encode(tokenizer, [g["text"] for g in batch if g["chat"]], add_special_tokens=False))
+    kept = []
+    for g in batch:
+        ids = next(chats) if g["chat"] else next(plain)
+        if limit and len(ids) > limit:
+            message = (f"{path}:{g['line']}: {len(ids)} tokens, longer than the model's context of {limit}; "
+                       "shorten it, or audit with a model whose context holds it (--model)")
+            if not skip_bad:
+                raise AuditInputError(message + " (--skip-bad skips bad lines and counts them)")
+            skipped.append(message)
+            continue
+        kept.append((g, ids))
+    return kept
+
+
+def raise_nothing_to_audit(path: str | Path, skipped: list[str]) -> None:
+    reason = f"all {len(skipped)} lines are bad" if skipped else "it is empty"
+    raise AuditInputError(f"{path}: nothing to audit, {reason}; write one JSON object per line, "
+                          'e.g. {"prompt": "You are a support bot. ..."}')
 
 
 def arrival_key(arrival_s: float | None, position: int) -> tuple[bool, float, int]:
@@ -226,14 +247,14 @@ def read_prompts(path: str | Path, tokenizer, *, max_model_len: int | None = Non
 
 
 def token_ids_of(tokenizer, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
-    """The token ids of each text, as `tokenizer(texts)["input_ids"]` gives them: a distinct line at a time where that
-    is exact (lab.audit.line_tokens), else through the Rust tokenizer's batch call without offsets or attention
+    """The token ids of each text, as `tokenizer(texts)["input_ids"]` gives them: a distinct line or sentence at a time
+    where that is exact (lab.audit.piece_tokens), else through the Rust tokenizer's batch call without offsets or attention
     masks when there is one (several times faster on long prompts)."""
     if not texts:
         return []
-    lines = _line_tokenizer(tokenizer)
-    if lines is not None:
-        return lines.encode(texts, add_special_tokens=add_special_tokens)
+    pieces = _piece_tokenizer(tokenizer)
+    if pieces is not None:
+        return pieces.encode(texts, add_special_tokens=add_special_tokens)
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None and hasattr(backend, "encode_batch_fast"):
         return [e.ids for e in backend.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)]
@@ -242,20 +263,25 @@ def token_ids_of(tokenizer, texts: Sequence[str], add_special_tokens: bool = Tru
 
 def token_arrays_of(tokenizer, texts: Sequence[str], add_special_tokens: bool = True) -> list[np.ndarray]:
     """`token_ids_of` as one int64 array per text, for callers that hold many."""
-    lines = _line_tokenizer(tokenizer)
-    if lines is not None and texts:
-        return lines.encode_arrays(texts, add_special_tokens=add_special_tokens)
+    pieces = _piece_tokenizer(tokenizer)
+    if pieces is not None and texts:
+        return pieces.encode_arrays(texts, add_special_tokens=add_special_tokens)
     return [np.asarray(ids, dtype=np.int64) for ids in token_ids_of(tokenizer, texts, add_special_tokens)]
 
 
-_LINE_TOKENIZERS: dict[int, tuple[object, LineTokenizer | None]] = {}
+_PIECE_TOKENIZERS: dict[int, tuple[object, PieceTokenizer | None]] = {}
 
 
-def _line_tokenizer(tokenizer) -> LineTokenizer | None:
-    """One line tokenizer (and its memo) per tokenizer object."""
-    held = _LINE_TOKENIZERS.get(id(tokenizer))
+def forget_pieces(tokenizer) -> None:
+    """Drop the piece memo of `tokenizer` (after reading a large log: up to a few hundred MB)."""
+    _PIECE_TOKENIZERS.pop(id(tokenizer), None)
+
+
+def _piece_tokenizer(tokenizer) -> PieceTokenizer | None:
+    """One piece tokenizer (and its memo) per tokenizer object."""
+    held = _PIECE_TOKENIZERS.get(id(tokenizer))
     if held is None or held[0] is not tokenizer:
-        held = _LINE_TOKENIZERS[id(tokenizer)] = (tokenizer, LineTokenizer.for_tokenizer(tokenizer))
+        held = _PIECE_TOKENIZERS[id(tokenizer)] = (tokenizer, PieceTokenizer.for_tokenizer(tokenizer))
     return held[1]
 
 

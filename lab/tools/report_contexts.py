@@ -185,7 +185,8 @@ def _bench_audit(prompts: int) -> dict | None:
         return None
     e = meta["environment"]
     return {"run_id": meta["run_id"], "prompts": e["prompts"], "mean_tokens": e["mean_prompt_tokens"],
-            "total": e["seconds"], "peak_gib": e["peak_rss_gib"], "explained": e["explained"],
+            "total": e["seconds"], "peak_gib": e["peak_memory_gib"], "peak_gb": e["peak_memory_gib"] * 2 ** 30 / 1e9,
+            "workers": e.get("workers", 1), "explained": e["explained"],
             "sections": list(zip(stages.stage, stages.seconds))}
 
 
