@@ -79,10 +79,6 @@ class BlockArrays:
     chunks: list[np.ndarray] = field(default_factory=list)
     counts: list[np.ndarray] = field(default_factory=list)
 
-    def add(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
-        """One chunk of prompts, as `flatten` gives them."""
-        self.append(*content_hashes(tokens, lengths, self.block_size))
-
     def append(self, content: np.ndarray, counts: np.ndarray) -> None:
         """One chunk's content hashes and blocks per prompt, as `content_hashes` gives them."""
         self.chunks.append(content)

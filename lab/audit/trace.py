@@ -176,7 +176,7 @@ class _Chunk:
     found: int  # good records before the length check
 
 
-_READER: dict = {}  # a reading process's settings and tokenizer (its line memo lives as long as the process)
+_READER: dict = {}  # a reading process's settings and tokenizer (its piece memo lives as long as the process)
 
 
 def _start_reader(tokenizer, settings: dict) -> None:
@@ -203,7 +203,7 @@ def _read_chunk(records: list, keep_before: tuple[bool, float, int] | None, read
 
 def _chunks(path: Path, tokenizer, settings: dict, workers: int, keep_before) -> Iterator[_Chunk]:
     """Every chunk of the log read, in file order: in this process, or spread over `workers` processes (each
-    with its own tokenizer and line memo) with a few chunks in flight."""
+    with its own tokenizer and piece memo) with a few chunks in flight."""
     records = raw_records(path)
     batches = iter(lambda: list(itertools.islice(records, CHUNK)), [])
     if workers == 1:
