@@ -59,14 +59,16 @@ def test_an_executed_lesson_ran_clean_in_the_canonical_run(lesson: Path):
 
 
 @pytest.mark.parametrize("lesson", sorted(LESSONS_DIR.glob("*.ipynb")), ids=lambda p: p.stem)
-def test_an_executed_lesson_is_the_lesson_as_it_stands(lesson: Path):
-    """Its code is the code that ran, and its prose the source's: a change to the prose alone is brought over by
-    `python -m lab.tools.promote --prose`; a change to the code needs the lesson run again (`make run`, or the
-    runner on that notebook with `--profile full`, then `make promote`)."""
+def test_an_executed_lesson_is_the_lesson_as_it_stands_or_says_what_changed(lesson: Path):
+    """A copy whose code is current has the source's prose (`python -m lab.tools.promote --prose` brings it over). A
+    copy whose code is older opens with a notice naming each changed cell (`python -m lab.tools.stale` writes it):
+    a fix to a lesson's code lands with its fast checks, and the reader is told the outputs are an older run's."""
     from lab.tools.promote import stale_prose
+    from lab.tools.stale import is_marked_right
 
-    assert stale_prose(lesson, PROJECT_ROOT / "notebooks" / lesson.name) == {}, \
-        "the code changed since the canonical run (None) or the prose did (the cells named)"
+    source = PROJECT_ROOT / "notebooks" / lesson.name
+    assert is_marked_right(lesson, source), "the stale notice is missing, wrong or left over: python -m lab.tools.stale"
+    assert stale_prose(lesson, source) in ({}, None), "the prose changed: python -m lab.tools.promote --prose"
 
 
 @pytest.mark.parametrize("figure", sorted(COMMITTED_FIGURES_DIR.glob("*.png")), ids=lambda p: p.stem)

@@ -77,3 +77,34 @@ def test_prose_is_brought_up_to_the_source_only_where_the_code_is_the_one_that_r
     assert refreshed.cells[0].source == "# 05 · new title" and refreshed.cells[1].outputs[0]["text"] == "1"
     nbformat.write(notebook("# 05 · new title", "x = 2"), tmp_path / "source.ipynb")
     assert promote.refresh_prose(tmp_path / "lesson.ipynb", tmp_path / "source.ipynb") is None, "code changed: a new run"
+
+
+def test_a_one_line_code_fix_marks_the_executed_copy_and_a_fresh_run_clears_it(tmp_path):
+    """A lesson's code changes by one line: its executed copy opens with a notice naming that cell and its diff,
+    which the check accepts; the notice is rewritten, not stacked; a copy whose code is current carries none."""
+    import nbformat
+
+    from lab.tools import stale
+
+    ran = nbformat.read(next(promote.LESSONS_DIR.glob("05_*.ipynb")), as_version=4)
+    ran.cells = [c for c in ran.cells if c.id != stale.NOTICE_ID]  # the lesson as it ran
+    executed, source = tmp_path / "lesson.ipynb", tmp_path / "source.ipynb"
+    nbformat.write(ran, executed)
+    nb = nbformat.read(executed, as_version=4)
+    nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    nbformat.write(nb, source)
+    assert stale.mark(executed, source) is False and stale.is_marked_right(executed, source), "current: no notice"
+    fixed = next(c for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", []))
+    fixed.source += "\nprint('a one-line fix')"
+    nbformat.write(nb, source)
+    assert not stale.is_marked_right(executed, source), "a changed lesson with no notice fails the check"
+    assert stale.mark(executed, source) is True and stale.is_marked_right(executed, source)
+    marked = nbformat.read(executed, as_version=4)
+    assert marked.cells[0].id == stale.NOTICE_ID and "+print('a one-line fix')" in marked.cells[0].source
+    assert marked.metadata["lab"]["stale"] == {"cells": [f"changed {nb.cells.index(fixed)}"]}
+    assert "older than the lesson" in marked.cells[0].source and marked.metadata["lab"]["run"] in marked.cells[0].source
+    assert stale.mark(executed, source) is False, "marking twice changes nothing"
+    fixed.source = fixed.source.removesuffix("\nprint('a one-line fix')")
+    nbformat.write(nb, source)
+    assert stale.mark(executed, source) is True
+    assert [c.id for c in nbformat.read(executed, as_version=4).cells] == [c.id for c in ran.cells], "and it goes"

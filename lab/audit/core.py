@@ -97,6 +97,8 @@ class AuditResult:
             return value
 
         summary = plain(self) | {"skipped_lines": len(self.skipped)}
+        if self.confirmation:  # the engine run's word on the projection, as the report says it
+            summary["confirmation"]["judgement"] = self.confirmation.judgement().text
         del summary["fleet"]["routes"]  # one entry per prompt: in the report's tables, not its summary
         return summary
 

@@ -10,6 +10,10 @@ import pandas as pd
 
 from lab.experiments.capacity import amdahl_bound
 from lab.experiments.cost_model import CostModel
+from lab.experiments.verdict import Spread, Verdict, within_tolerance
+
+TOLERANCE = 0.15  # how close to the engine a projection must come to be called right
+WIDEST = 1.3  # the pairs' gains spread wider than this (max/min) cannot judge a 15% tolerance
 
 
 @dataclass
@@ -30,7 +34,9 @@ class Confirmation:
     """A short run of the first `prompts` prompts on the real engine, `pairs` times over: submitted at once with a
     cache_salt per request (nothing reused: the baseline) and without one. `throughput_gain` and `ttft_change`
     are the medians over the pairs, `gain_low` and `gain_high` the range of the pairs' gains: one pair on a
-    shared machine is one noisy draw, so the range says how far a measurement this short can be trusted."""
+    shared machine is one noisy draw, so the range says how far a measurement this short can be trusted.
+    `gains` holds each pair's gain, in the order run (empty in a Confirmation built by hand: then the median and
+    the range stand for them)."""
     prompts: int
     hit_rate: float
     throughput_gain: float
@@ -41,12 +47,42 @@ class Confirmation:
     mean_ttft_ms_off: float
     mean_ttft_ms_on: float
     projected: Projection | None = None  # the cost model's projection for these prompts
+    gains: tuple[float, ...] = ()
+
+    def judgement(self, tolerance: float = TOLERANCE) -> Verdict:
+        """Whether the cost model's projection for these prompts is within `tolerance` of the engine's gains."""
+        gains = self.gains or (self.gain_low, self.throughput_gain, self.gain_high)
+        return judge_projection(gains, self.projected.throughput_gain if self.projected else None, tolerance)
 
     def gain_text(self) -> str:
         """The measured gain as it may be quoted: a median with its range, never one ratio alone."""
         verdict = " (no change this short a run can tell)" if self.gain_low <= 1 <= self.gain_high else ""
         return (f"x{self.throughput_gain:.2f}, range x{self.gain_low:.2f}-x{self.gain_high:.2f} over {self.pairs} "
                 f"pairs{verdict}")
+
+
+def judge_projection(gains: Sequence[float], projected: float | None, tolerance: float = TOLERANCE,
+                     widest: float = WIDEST) -> Verdict:
+    """Whether a projected gain is within `tolerance` of the gains the engine measured, one per off/on pair, in so
+    many words: within (every pair), not within (no pair), or that the engine run cannot tell, with the range,
+    where the pairs' gains spread wider than `widest` (max/min), straddle the band, or are a single pair."""
+    measured = Spread("measured gain", tuple(gains))
+    shown = f"x{measured.low:.2f}-x{measured.high:.2f} over {len(measured.values)} pairs"
+    if projected is None:
+        return Verdict(f"The engine measured a gain of {shown}; there is no projection to judge against it.", None)
+    cannot = f"The engine run cannot tell whether the projection (x{projected:.2f}) is within {tolerance:.0%}"
+    if len(measured.values) < 2:
+        return Verdict(f"{cannot}: one pair (x{measured.low:.2f}) has no spread; confirm with more pairs.", None)
+    if measured.high / measured.low > widest:
+        return Verdict(f"{cannot}: the measured gain ranged {shown} (max/min {measured.high / measured.low:.2f}, "
+                       f"above {widest}), too wide a range to judge {tolerance:.0%}.", None)
+    verdict = within_tolerance(measured, projected, tolerance, quantity="measured gain (x)",
+                               reference_name="the projection", digits=2)
+    if not verdict.can_tell:
+        return Verdict(f"{cannot}: the measured gain ranged {shown}, on both sides of the band ({verdict.text})", None)
+    said = "is within" if verdict.order == ("within",) else "is not within"
+    return Verdict(f"The projection (x{projected:.2f}) {said} {tolerance:.0%} of the engine: {verdict.text}",
+                   verdict.order)
 
 
 def project(model: CostModel, prompt_tokens: Sequence[int], cached_tokens: Sequence[int],
@@ -87,4 +123,4 @@ def confirm_on_engine(token_ids: Sequence[Sequence[int]], model: str | None, blo
                         throughput_gain=float(frame.gain.median()), gain_low=float(frame.gain.min()),
                         gain_high=float(frame.gain.max()), ttft_change=float(frame.ttft_change.median()),
                         pairs=pairs, mean_ttft_ms_off=float(frame.off_ms.median()),
-                        mean_ttft_ms_on=float(frame.on_ms.median()))
+                        mean_ttft_ms_on=float(frame.on_ms.median()), gains=tuple(float(g) for g in frame.gain))

@@ -92,6 +92,7 @@ def verdict(result: AuditResult) -> list[str]:
         ([f"measured on the engine (first {c.prompts} prompts): {c.gain_text()}, mean TTFT {c.ttft_change:+.0%}"]
          if c else [])
     lines += ["With caching on: " + "; ".join(gains) + "."] if gains else []
+    lines += [f"Is the projection right? {c.judgement()}"] if c else []
     changes = changes_worth_making(result)
     lines += [f"Worth changing: {c}" for c in changes] or ["Nothing worth changing: no change found raises the hit "
                                                            "rate by a point or more."]

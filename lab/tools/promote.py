@@ -30,8 +30,8 @@ from lab.experiments.plots import COMMITTED_FIGURES_DIR, figures_dir
 from lab.experiments.provenance import png_text
 from lab.experiments.results import CANONICAL_DIR, promote, results_dir
 from lab.tools.runner import NOTEBOOKS_DIR, RUNS_DIR
+from lab.tools.stale import LESSONS_DIR, mark
 
-LESSONS_DIR = PROJECT_ROOT / "docs" / "lessons"
 WIDGET_TYPES = ("application/vnd.jupyter.widget-view+json", "application/vnd.jupyter.widget-state+json")
 PLOTLY_TYPE = "application/vnd.plotly.v1+json"
 
@@ -135,20 +135,25 @@ def main(argv: list[str] | None = None) -> int:
     for notebook in runs:
         lesson = readable_lesson(RUNS_DIR / profile / f"{notebook}.ipynb", LESSONS_DIR / f"{notebook}.ipynb")
         print(f"lesson: {lesson.relative_to(PROJECT_ROOT)} ({lesson.stat().st_size / 1e6:.1f} MB)")
-    return 0
+    return refresh_all_prose()
 
 
 def refresh_all_prose() -> int:
+    """Bring each executed lesson's prose up to its source where its code is current; where the code changed, the
+    copy keeps the prose it ran with and opens with a notice of what changed since (lab.tools.stale)."""
     stale = []
     for lesson in sorted(LESSONS_DIR.glob("*.ipynb")):
-        changed = refresh_prose(lesson, NOTEBOOKS_DIR / lesson.name)
+        source = NOTEBOOKS_DIR / lesson.name
+        changed = refresh_prose(lesson, source)
         if changed is None:
             stale.append(lesson.stem)
         elif changed:
             print(f"prose: {lesson.relative_to(PROJECT_ROOT)}")
+        mark(lesson, source)
     if stale:
-        print(f"code changed since the canonical run, not touched (run them again): {', '.join(stale)}")
-    return 1 if stale else 0
+        print(f"code changed since the canonical run, marked as older than the lesson (make run brings them back): "
+              f"{', '.join(stale)}")
+    return 0
 
 
 if __name__ == "__main__":

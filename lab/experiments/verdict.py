@@ -1,0 +1,133 @@
+"""Verdicts computed from a run's own numbers, never typed ahead of it.
+
+A timing measured on a shared machine moves from run to run. So a sentence that compares timings (faster, wins,
+above a bound) is printed by `rank`, `against_bound` or `within_tolerance` from this run's repeats: it states an
+order only where the repeats' ranges do not overlap, and otherwise says that this run cannot tell.
+
+    >>> print(rank([Spread("A", (1.0, 1.2)), Spread("B", (2.0, 2.4))], quantity="p50 TTFT", unit="ms"))
+    p50 TTFT: A (1.0-1.2 ms) is lower than B (2.0-2.4 ms): their ranges over 2 repeats do not overlap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Spread:
+    """One quantity's values over a run's repeats: its range is the spread the verdicts judge by."""
+
+    name: str
+    values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        values = tuple(float(v) for v in self.values if v is not None and np.isfinite(v))
+        if not values:
+            raise ValueError(f"{self.name}: no finite value to judge (got {self.values!r})")
+        object.__setattr__(self, "values", values)
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+    @property
+    def high(self) -> float:
+        return max(self.values)
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.values))
+
+    def overlaps(self, other: Spread) -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+    def describe(self, unit: str = "", digits: int = 1) -> str:
+        unit = f" {unit}" if unit else ""
+        if len(self.values) == 1:
+            return f"{self.low:,.{digits}f}{unit}, one run"
+        return f"{self.low:,.{digits}f}-{self.high:,.{digits}f}{unit}"
+
+
+def spreads(table, by: str, value: str) -> list[Spread]:
+    """One Spread per group of `by` in a long table (a row per repeat), in the table's order of first appearance."""
+    return [Spread(str(name), tuple(group[value])) for name, group in table.groupby(by, sort=False)]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a run shows: `order` lists names from best to worst where the run can tell, else None."""
+
+    text: str
+    order: tuple[str, ...] | None
+
+    @property
+    def can_tell(self) -> bool:
+        return self.order is not None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _repeats(items: Iterable[Spread]) -> str:
+    counts = sorted({len(s.values) for s in items})
+    return f"{counts[0]} repeats" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} repeats"
+
+
+def rank(items: Sequence[Spread], *, quantity: str, unit: str = "", lower_is_better: bool = True,
+         digits: int = 1) -> Verdict:
+    """Order `items` by their medians and say which neighbours this run can tell apart: two are told apart only
+    when their ranges do not overlap, and a single run of either can tell nothing."""
+    if len(items) < 2:
+        raise ValueError(f"rank needs two or more spreads to compare, got {len(items)}")
+    ordered = sorted(items, key=lambda s: s.median, reverse=not lower_is_better)
+    better = "lower" if lower_is_better else "higher"
+    shown = [f"{s.name} ({s.describe(unit, digits)})" for s in ordered]
+    if min(len(s.values) for s in items) < 2:
+        return Verdict(f"{quantity}: " + ", ".join(shown) + ": one run of some, so no spread: this run cannot tell "
+                       "them apart.", None)
+    apart = [not a.overlaps(b) for a, b in zip(ordered, ordered[1:])]
+    if all(apart):
+        joined = f" is {better} than ".join(shown)
+        return Verdict(f"{quantity}: {joined}: their ranges over {_repeats(items)} do not overlap.",
+                       tuple(s.name for s in ordered))
+    tied = [f"{a.name} from {b.name}" for a, b, ok in zip(ordered, ordered[1:], apart) if not ok]
+    return Verdict(f"{quantity}: " + ", ".join(shown) + f" over {_repeats(items)}: the ranges overlap, so this run "
+                   f"cannot tell {', nor '.join(tied)}.", None)
+
+
+def against_bound(item: Spread, bound: float, *, quantity: str, bound_name: str, unit: str = "",
+                  digits: int = 2) -> Verdict:
+    """Whether every repeat of `item` lies below `bound`, above it, or the repeats straddle it."""
+    shown = f"{quantity} {item.describe(unit, digits)} against {bound_name} {bound:,.{digits}f}{' ' + unit if unit else ''}"
+    if item.high < bound:
+        return Verdict(f"{shown}: below it in every repeat.", ("below",))
+    if item.low > bound:
+        return Verdict(f"{shown}: above it in every repeat.", ("above",))
+    return Verdict(f"{shown}: the repeats lie on both sides of it, so this run cannot tell whether it is above "
+                   "or below.", None)
+
+
+def within_tolerance(item: Spread, reference: float, tolerance: float, *, quantity: str, reference_name: str,
+                     unit: str = "", digits: int = 1) -> Verdict:
+    """Whether `item`'s repeats lie within `tolerance` (a fraction) of `reference`: all of them, none of them, or
+    some, in which case this run cannot tell. A spread wider than the tolerance band itself can never tell."""
+    if not tolerance > 0:
+        raise ValueError(f"tolerance={tolerance!r} must be a positive fraction, e.g. 0.15 for 15%")
+    low, high = reference * (1 - tolerance), reference * (1 + tolerance)
+    shown = (f"{quantity} {item.describe(unit, digits)} against {reference_name} {reference:,.{digits}f}"
+             f"{' ' + unit if unit else ''} (within {tolerance:.0%}: {low:,.{digits}f}-{high:,.{digits}f})")
+    if low <= item.low and item.high <= high:
+        return Verdict(f"{shown}: every repeat is within it.", ("within",))
+    if item.high < low or item.low > high:
+        return Verdict(f"{shown}: no repeat is within it.", ("outside",))
+    return Verdict(f"{shown}: some repeats are and some are not, so this run cannot tell whether "
+                   f"{reference_name} is within {tolerance:.0%}.", None)
+
+
+def outliers(item: Spread, factor: float = 2.0) -> list[float]:
+    """The values more than `factor` times their spread's median, or less than its median over `factor`."""
+    middle = item.median
+    return [v for v in item.values if v > middle * factor or v < middle / factor]

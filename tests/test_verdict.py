@@ -1,0 +1,87 @@
+"""A verdict follows its run's numbers: flip the numbers and the sentence flips, or says the run cannot tell."""
+
+import json
+
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lab.experiments.results import CANONICAL_DIR
+from lab.experiments.verdict import Spread, against_bound, outliers, rank, spreads, within_tolerance
+
+
+def test_ranges_apart_give_an_order_and_flipping_the_numbers_flips_it():
+    fast, slow = Spread("round_robin", (900, 950, 1000)), Spread("cache_aware", (1800, 1850, 1900))
+    verdict = rank([fast, slow], quantity="p50 TTFT", unit="ms")
+    assert verdict.order == ("round_robin", "cache_aware")
+    assert "round_robin (900.0-1,000.0 ms) is lower than cache_aware" in str(verdict)
+    flipped = rank([Spread("round_robin", slow.values), Spread("cache_aware", fast.values)], quantity="p50 TTFT")
+    assert flipped.order == ("cache_aware", "round_robin")
+    assert str(flipped) != str(verdict)
+
+
+def test_overlapping_ranges_cannot_tell_and_say_which():
+    verdict = rank([Spread("a", (1, 3)), Spread("b", (2, 4)), Spread("c", (10, 11))], quantity="TTFT")
+    assert not verdict.can_tell
+    assert "cannot tell a from b" in str(verdict)
+
+
+def test_one_run_has_no_spread_so_it_cannot_tell():
+    verdict = rank([Spread("a", (1,)), Spread("b", (100,))], quantity="TTFT")
+    assert not verdict.can_tell and "one run" in str(verdict)
+
+
+def test_higher_is_better_orders_the_other_way():
+    assert rank([Spread("a", (1, 2)), Spread("b", (5, 6))], quantity="hit rate", lower_is_better=False).order == ("b", "a")
+
+
+def test_a_bound_is_judged_on_every_repeat():
+    assert against_bound(Spread("gain", (1.02, 1.05)), 1.0, quantity="gain", bound_name="bound").order == ("above",)
+    assert against_bound(Spread("gain", (0.9, 0.95)), 1.0, quantity="gain", bound_name="bound").order == ("below",)
+    straddles = against_bound(Spread("gain", (0.98, 1.03)), 1.0, quantity="gain", bound_name="bound")
+    assert not straddles.can_tell and "cannot tell" in str(straddles)
+
+
+@pytest.mark.parametrize("values, expected", [((4.2, 4.5), ("within",)), ((6.0, 7.0), ("outside",)),
+                                              ((4.66, 6.70), None), ((3.30, 11.86), None)])
+def test_within_tolerance_of_a_projection(values, expected):
+    verdict = within_tolerance(Spread("measured", values), 4.30, 0.15, quantity="gain", reference_name="the projection")
+    assert verdict.order == expected
+    if expected is None:
+        assert "cannot tell whether the projection is within 15%" in str(verdict)
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="no finite value"):
+        Spread("empty", ())
+    with pytest.raises(ValueError, match="two or more"):
+        rank([Spread("a", (1, 2))], quantity="TTFT")
+    with pytest.raises(ValueError, match="tolerance"):
+        within_tolerance(Spread("a", (1, 2)), 1, 0, quantity="x", reference_name="y")
+
+
+def test_outliers_are_values_far_from_the_median():
+    assert outliers(Spread("rag at 128", (8.0, 8.5, 32.6))) == [32.6]
+    assert outliers(Spread("steady", (8.0, 8.5, 9.0))) == []
+
+
+@given(st.lists(st.floats(0.1, 1e4), min_size=2, max_size=6), st.lists(st.floats(0.1, 1e4), min_size=2, max_size=6))
+def test_an_order_is_given_only_when_the_ranges_are_apart(a, b):
+    verdict = rank([Spread("a", a), Spread("b", b)], quantity="TTFT")
+    assert verdict.can_tell == (max(a) < min(b) or max(b) < min(a))
+    if verdict.can_tell:
+        assert verdict.order == (("a", "b") if max(a) < min(b) else ("b", "a"))
+
+
+def test_a_canonical_results_table_with_its_labels_swapped_changes_the_verdict():
+    """On a real results table (16's gain per shared fraction, a row each): swap two rows' labels, the order swaps."""
+    table = pd.read_csv(next(CANONICAL_DIR.glob("16_gain_vs_hit_rate-gain-*.csv")))
+    table = table.assign(label=table.shared_fraction.astype(str))
+    two = table.sort_values("throughput_gain").iloc[[0, -1]]
+    as_run = rank(spreads(pd.concat([two, two]), "label", "throughput_gain"), quantity="gain", lower_is_better=False)
+    swapped = two.assign(label=two.label.tolist()[::-1])
+    flipped = rank(spreads(pd.concat([swapped, swapped]), "label", "throughput_gain"), quantity="gain",
+                   lower_is_better=False)
+    assert as_run.order == tuple(flipped.order[::-1])
+    assert json.dumps(str(as_run)) != json.dumps(str(flipped))
