@@ -60,24 +60,24 @@ def code_changes(executed, source) -> list[CellChange]:
     return changes
 
 
-def notice_text(run: str, changes: list[CellChange]) -> str:
+def notice_text(run: str, changes: list[CellChange], name: str = "NN_topic") -> str:
     parts = [f"> **This executed copy is older than the lesson.** Its outputs are those of run `{run}`; the lesson's "
              f"code has changed since in {len(changes)} cell(s), so what the current code prints may differ from what "
-             "you see below. `make run` (or `python -m lab.tools.runner --profile full NN_topic`) and then "
+             f"you see below. `make run` (or `python -m lab.tools.runner --profile full {name}`) and then "
              "`make promote` bring this copy back to current.", ""]
     for change in changes:
         parts += [f"**Cell {change.position}, {change.kind}:**", "", "```diff", change.diff, "```", ""]
     return "\n".join(parts).rstrip()
 
 
-def with_notice(executed, source):
+def with_notice(executed, source, name: str = "NN_topic"):
     """`executed` with its stale notice replaced by one describing how `source` differs (none if it does not)."""
     executed.cells = [c for c in executed.cells if c.get("id") != NOTICE_ID]
     lab_meta = executed.metadata.setdefault("lab", {})
     lab_meta.pop("stale", None)
     changes = code_changes(executed, source)
     if changes:
-        cell = nbformat.v4.new_markdown_cell(notice_text(lab_meta.get("run", "unknown"), changes))
+        cell = nbformat.v4.new_markdown_cell(notice_text(lab_meta.get("run", "unknown"), changes, name))
         cell["id"] = NOTICE_ID
         executed.cells.insert(0, cell)
         lab_meta["stale"] = {"cells": [f"{c.kind} {c.position}" for c in changes]}
@@ -87,7 +87,7 @@ def with_notice(executed, source):
 def mark(lesson: Path, source: Path) -> bool:
     """Rewrite `lesson`'s notice from `source`; whether the file changed."""
     before = lesson.read_text()
-    marked = with_notice(nbformat.read(lesson, as_version=4), nbformat.read(source, as_version=4))
+    marked = with_notice(nbformat.read(lesson, as_version=4), nbformat.read(source, as_version=4), lesson.stem)
     after = nbformat.writes(marked)
     after += "" if after.endswith("\n") else "\n"  # as nbformat.write ends a file
     if after != before:
@@ -98,7 +98,7 @@ def mark(lesson: Path, source: Path) -> bool:
 def is_marked_right(lesson: Path, source: Path) -> bool:
     """Whether `lesson` carries exactly the notice its source calls for (or none, when its code is current)."""
     executed = nbformat.read(lesson, as_version=4)
-    expected = with_notice(nbformat.read(lesson, as_version=4), nbformat.read(source, as_version=4))
+    expected = with_notice(nbformat.read(lesson, as_version=4), nbformat.read(source, as_version=4), lesson.stem)
     return executed == expected
 
 
