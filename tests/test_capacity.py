@@ -105,3 +105,15 @@ def test_the_rate_search_finds_a_threshold_from_any_bracket():
         found = highest_rate_meeting(lambda rate: rate <= 7.3, low=low, high=high, tolerance=0.05, floor=0.01)
         assert 7.3 / 1.05 <= found <= 7.3
     assert highest_rate_meeting(lambda rate: False, low=1.0, high=2.0, tolerance=0.05, floor=0.01) == 0.0
+
+
+def test_the_fastest_runs_make_the_table_and_each_repeat_keeps_its_own_gain():
+    from lab.experiments.capacity import fastest_gain, repeat_gains
+
+    runs = pd.DataFrame([{"workload": "w", "repeat": r, "reuse": reuse, "requests_per_s": rps, "mean_ttft_ms": ttft,
+                          "hit_rate": 0.75 if reuse else 0.0}
+                         for r, reuse, rps, ttft in [(0, False, 10.0, 400.0), (0, True, 30.0, 100.0),
+                                                     (1, True, 36.0, 90.0), (1, False, 9.0, 420.0)]])
+    best = fastest_gain(runs).iloc[0]
+    assert best.throughput_gain == pytest.approx(3.6) and best.ttft_change == pytest.approx(90 / 400 - 1)
+    assert repeat_gains(runs).throughput_gain.tolist() == pytest.approx([3.0, 4.0])

@@ -108,3 +108,26 @@ def test_the_bracket_comes_from_the_sweeps_first_miss():
     sweep = pd.DataFrame({"request_rate": [2, 4, 8, 16], "p99_ttft_ms": [10, 20, 90, 30]})
     assert capacity_bracket(sweep, 50) == (4, 8), "a meeting rate after the first miss does not count"
     assert capacity_bracket(sweep, 5) == (1, 2) and capacity_bracket(sweep, 100) == (16, 32)
+
+
+def test_a_search_seeded_with_the_sweeps_bracket_stays_inside_it(monkeypatch):
+    """A noisy machine: the rate the sweep saw pass now misses in every re-run. Seeded with the sweep's verdicts,
+    the search never re-runs the bracket's ends, never leaves [low, high] and never reports 0 where the sweep
+    passed; unseeded, the same noise drives it down to 0."""
+    import lab.experiments.serving_bench as serving_bench
+    from lab.experiments.serving_bench import bracket_results
+
+    class Server:
+        def reset_prefix_cache(self):
+            pass
+
+    calls = []
+    monkeypatch.setattr(serving_bench, "bench_serve", lambda server, request_rate, num_prompts, **bench:
+                        calls.append(request_rate) or {"p99_ttft_ms": 1e9, "failed": 0})
+    sweep = pd.DataFrame({"request_rate": [4, 8, 16], "p99_ttft_ms": [10, 20, 90]})
+    known = bracket_results(sweep, 50)
+    assert known == {8: True, 16: False}
+    rate, _ = serving_bench.find_capacity(Server(), 50, low=8, high=16, seconds_per_rate=1, known=known)
+    assert rate == 8 and 8 not in calls and 16 not in calls and all(8 < r < 16 for r in calls)
+    assert serving_bench.find_capacity(Server(), 50, low=8, high=16, seconds_per_rate=1)[0] == 0.0
+    assert bracket_results(sweep, 5) == {4: False}, "an end the sweep did not run is not a verdict"

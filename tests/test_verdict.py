@@ -30,6 +30,8 @@ def test_overlapping_ranges_cannot_tell_and_say_which():
 def test_one_run_has_no_spread_so_it_cannot_tell():
     verdict = rank([Spread("a", (1,)), Spread("b", (100,))], quantity="TTFT")
     assert not verdict.can_tell and "one run" in str(verdict)
+    assert not against_bound(Spread("gain", (9.0,)), 1.0, quantity="gain", bound_name="bound").can_tell
+    assert not within_tolerance(Spread("gain", (4.3,)), 4.3, 0.15, quantity="gain", reference_name="it").can_tell
 
 
 def test_higher_is_better_orders_the_other_way():

@@ -122,10 +122,46 @@ def warm_engine(model_path: str, caching: bool, block_size: int | None, prompts:
     return llm
 
 
-def _keep_fastest(best: dict, key, summary: pd.Series) -> None:
-    """Keep the run with the most requests per second under `key` (a shared machine only ever slows a run down)."""
-    if key not in best or summary["requests_per_s"] > best[key]["requests_per_s"]:
-        best[key] = summary
+def reuse_runs(model_path: str | None, prompts_by_name: dict[str, list[list[int]]], *, block_size: int | None,
+               max_tokens: int, repeats: int = 3, progress: bool = True) -> pd.DataFrame:
+    """Every run of `reuse_gain`'s measurement, a row per workload, repeat and setting (`reuse`: False with a
+    cache_salt per request, nothing reused) with its summary (lab.experiments.measure.summarize)."""
+    from tqdm.auto import tqdm
+
+    positive_int("repeats", repeats)
+    llm = warm_engine(model_path, True, block_size, next(iter(prompts_by_name.values())), max_tokens)
+    runs = [(r, name, reuse) for r in range(repeats) for name in prompts_by_name
+            for reuse in ((False, True) if r % 2 == 0 else (True, False))]
+    rows = []
+    for r, name, reuse in tqdm(runs, desc="reuse off / on", disable=not progress, leave=False):
+        llm.reset_prefix_cache()
+        summary = summarize(run_workload(llm, prompts_by_name[name], max_tokens=max_tokens, mode="offline",
+                                         progress=False, salt_each=None if reuse else "baseline"))
+        rows.append({"workload": name, "repeat": r, "reuse": reuse, **summary.to_dict()})
+    return pd.DataFrame(rows)
+
+
+def _gains(on: pd.DataFrame, off: pd.DataFrame) -> pd.DataFrame:
+    """Reuse against no reuse, row by row of two tables indexed alike."""
+    return pd.DataFrame({"hit_rate": on.hit_rate, "baseline_hit_rate": off.hit_rate,
+                         "throughput_gain": on.requests_per_s / off.requests_per_s,
+                         "ttft_change": on.mean_ttft_ms / off.mean_ttft_ms - 1,
+                         "mean_ttft_ms_off": off.mean_ttft_ms, "mean_ttft_ms_on": on.mean_ttft_ms})
+
+
+def fastest_gain(runs: pd.DataFrame) -> pd.DataFrame:
+    """A row per workload of `reuse_runs`: the fastest run of each setting counts (a shared machine only ever slows
+    a run down)."""
+    best = runs.loc[runs.groupby(["workload", "reuse"], sort=False).requests_per_s.idxmax()]
+    on, off = (best[best.reuse == reuse].set_index("workload") for reuse in (True, False))
+    return _gains(on, off.loc[on.index]).reset_index()
+
+
+def repeat_gains(runs: pd.DataFrame) -> pd.DataFrame:
+    """A row per workload and repeat of `reuse_runs`: each repeat's own gain, its two runs set against each other
+    (their spread over the repeats is what a verdict judges by: lab.experiments.verdict)."""
+    on, off = (runs[runs.reuse == reuse].set_index(["workload", "repeat"]) for reuse in (True, False))
+    return _gains(on, off.loc[on.index]).reset_index()
 
 
 def reuse_gain(model_path: str | None, prompts_by_name: dict[str, list[list[int]]], *, block_size: int | None,
@@ -133,24 +169,8 @@ def reuse_gain(model_path: str | None, prompts_by_name: dict[str, list[list[int]
     """What prefix reuse does, measured on one warmed engine: each prompt set submitted at once with a cache_salt
     per request (nothing reused: the baseline) and without one (reused), in alternating order so that a drift in
     the machine's speed falls on both, the cache emptied before every run; the fastest run of each counts."""
-    from tqdm.auto import tqdm
-
-    positive_int("repeats", repeats)
-    llm = warm_engine(model_path, True, block_size, next(iter(prompts_by_name.values())), max_tokens)
-    best: dict[tuple[str, bool], pd.Series] = {}
-    runs = [(name, reuse) for r in range(repeats) for name in prompts_by_name
-            for reuse in ((False, True) if r % 2 == 0 else (True, False))]
-    for name, reuse in tqdm(runs, desc="reuse off / on", disable=not progress, leave=False):
-        llm.reset_prefix_cache()
-        summary = summarize(run_workload(llm, prompts_by_name[name], max_tokens=max_tokens, mode="offline",
-                                         progress=False, salt_each=None if reuse else "baseline"))
-        _keep_fastest(best, (name, reuse), summary)
-    return pd.DataFrame([{"workload": name, "hit_rate": best[name, True]["hit_rate"],
-                          "baseline_hit_rate": best[name, False]["hit_rate"],
-                          "throughput_gain": best[name, True]["requests_per_s"] / best[name, False]["requests_per_s"],
-                          "ttft_change": best[name, True]["mean_ttft_ms"] / best[name, False]["mean_ttft_ms"] - 1,
-                          "mean_ttft_ms_off": best[name, False]["mean_ttft_ms"],
-                          "mean_ttft_ms_on": best[name, True]["mean_ttft_ms"]} for name in prompts_by_name])
+    return fastest_gain(reuse_runs(model_path, prompts_by_name, block_size=block_size, max_tokens=max_tokens,
+                                   repeats=repeats, progress=progress))
 
 
 def zero_hit_runs(model_path: str, prompts: list[list[int]], *, pairs: int, block_size: int | None,

@@ -157,16 +157,19 @@ def unloaded_run(server: VLLMServer, *, num_prompts: int, **bench: Any) -> dict[
 
 
 def find_capacity(server: VLLMServer, target_ms: float, *, low: float, high: float, seconds_per_rate: float,
-                  tolerance: float = 0.10, min_prompts: int = 8, max_runs: int = 12, **bench: Any) -> tuple[float, pd.DataFrame]:
+                  tolerance: float = 0.10, min_prompts: int = 8, max_runs: int = 12, known: dict[float, bool] | None = None,
+                  **bench: Any) -> tuple[float, pd.DataFrame]:
     """The highest request rate whose p99 TTFT meets `target_ms`, to within `tolerance`: the bracket
     [`low`, `high`] is first checked (and widened by halving or doubling until `low` meets the target and `high`
     misses it), then split at its geometric middle until high / low <= 1 + tolerance. Each run starts from an
     empty prefix cache and lasts about `seconds_per_rate`; a run in which a request failed (vLLM's client
     reported no first token) misses the target. Returns the rate (0.0 if even a rate the size of one request
-    per `seconds_per_rate` misses) and every run."""
+    per `seconds_per_rate` misses) and every run. `known`: rates already measured (rate -> met the target), e.g. the
+    sweep's bracket ends (`bracket_results`): they are not run again, so the search stays inside that bracket and
+    never reports less than a rate the sweep saw pass."""
     number_in("tolerance", tolerance, 0, 1, "a fraction, e.g. 0.1 for capacity to within 10%", low_open=True)
     runs: list[dict[str, Any]] = []
-    known: dict[float, bool] = {}
+    known = dict(known or {})
 
     def meets(rate: float) -> bool:
         if rate in known:
@@ -182,6 +185,14 @@ def find_capacity(server: VLLMServer, target_ms: float, *, low: float, high: flo
 
     found = highest_rate_meeting(meets, low=low, high=high, tolerance=tolerance, floor=1 / seconds_per_rate)
     return found, pd.DataFrame(runs)
+
+
+def bracket_results(sweep: pd.DataFrame, target_ms: float) -> dict[float, bool]:
+    """The sweep's own verdict at the ends of its capacity bracket (`capacity_bracket`) that it measured: the rate
+    that met the target before the first miss, and that first miss. A search seeded with them stays between them."""
+    low, high = capacity_bracket(sweep, target_ms)
+    measured = sweep.set_index("request_rate").p99_ttft_ms
+    return {rate: bool(measured[rate] <= target_ms) for rate in (low, high) if rate in measured.index}
 
 
 def capacity_bracket(sweep: pd.DataFrame, target_ms: float) -> tuple[float, float]:

@@ -102,6 +102,8 @@ def against_bound(item: Spread, bound: float, *, quantity: str, bound_name: str,
                   digits: int = 2) -> Verdict:
     """Whether every repeat of `item` lies below `bound`, above it, or the repeats straddle it."""
     shown = f"{quantity} {item.describe(unit, digits)} against {bound_name} {bound:,.{digits}f}{' ' + unit if unit else ''}"
+    if len(item.values) < 2:
+        return Verdict(f"{shown}: no spread from one run, so this run cannot tell.", None)
     if item.high < bound:
         return Verdict(f"{shown}: below it in every repeat.", ("below",))
     if item.low > bound:
@@ -119,6 +121,9 @@ def within_tolerance(item: Spread, reference: float, tolerance: float, *, quanti
     low, high = reference * (1 - tolerance), reference * (1 + tolerance)
     shown = (f"{quantity} {item.describe(unit, digits)} against {reference_name} {reference:,.{digits}f}"
              f"{' ' + unit if unit else ''} (within {tolerance:.0%}: {low:,.{digits}f}-{high:,.{digits}f})")
+    if len(item.values) < 2:
+        return Verdict(f"{shown}: no spread from one run, so this run cannot tell whether {reference_name} is "
+                       f"within {tolerance:.0%}.", None)
     if low <= item.low and item.high <= high:
         return Verdict(f"{shown}: every repeat is within it.", ("within",))
     if item.high < low or item.low > high:
