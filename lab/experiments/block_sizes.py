@@ -1,14 +1,94 @@
-"""Which block size to use, from a sweep of the real engine at the sizes the back-end accepts."""
+"""Which block size to use, from a sweep of the real engine at the sizes the back-end accepts.
+
+The sweep is a row per workload, block size and repeat (`mean_ttft_ms`: that repeat's mean TTFT). A sentence that
+compares sizes is printed from its repeats' spread (lab.experiments.verdict), never typed ahead of the run:
+
+    verdicts = ttft_verdicts(engine_sweep)   # per workload: the ranking, the hit-rate order, the size to use
+    ttft_outliers(engine_sweep)              # the runs more than twice, or under half, their workload's median
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from itertools import combinations
+
 import pandas as pd
+
+from lab.experiments.verdict import Spread, outliers, rank, spreads
 
 
 def recommend_block_size(engine_sweep: pd.DataFrame, tolerance: float = 0.05) -> pd.Series:
-    """Per workload: the block size with the lowest mean TTFT in the real engine. Sizes within `tolerance` of
-    the lowest count as ties, and the largest of them wins (fewer blocks to track for the same latency)."""
+    """Per workload: the block size with the lowest mean TTFT in the real engine (over its repeats, where the
+    sweep holds several). Sizes within `tolerance` of the lowest count as ties, and the largest of them wins
+    (fewer blocks to track for the same latency)."""
+    means = engine_sweep.groupby(["workload", "block_size"], sort=False, as_index=False).mean_ttft_ms.mean()
+
     def fastest(rows: pd.DataFrame) -> int:
         return int(rows[rows.mean_ttft_ms <= (1 + tolerance) * rows.mean_ttft_ms.min()].block_size.max())
 
-    return engine_sweep.groupby("workload").apply(fastest, include_groups=False).rename("recommended block size")
+    return means.groupby("workload").apply(fastest, include_groups=False).rename("recommended block size")
+
+
+def ttft_spreads(engine_sweep: pd.DataFrame, workload: str) -> list[Spread]:
+    """One Spread of mean TTFT (ms) per block size of `workload`, over its repeats, named by the size."""
+    rows = engine_sweep[engine_sweep.workload == workload].sort_values("block_size")
+    return spreads(rows.assign(size=rows.block_size.astype(str)), "size", "mean_ttft_ms")
+
+
+def recommend_from_spread(ttft: Sequence[Spread]) -> tuple[int | None, str]:
+    """The block size to use as far as this run can tell, and why: the fastest (lowest median TTFT) where its range
+    lies apart from every other size's, else the largest of the sizes the run cannot tell from it (fewer blocks to
+    track at a TTFT this run cannot tell apart). None with one run of any size: no spread, no verdict."""
+    if min(len(s.values) for s in ttft) < 2:
+        return None, "one run of some sizes, so no spread: this run cannot tell which size is fastest"
+    fastest = min(ttft, key=lambda s: s.median)
+    tied = [s for s in ttft if s is fastest or s.overlaps(fastest)]
+    if len(tied) == 1:
+        return int(fastest.name), f"{fastest.name}: its TTFT range lies below every other size's"
+    chosen = max(tied, key=lambda s: int(s.name))
+    return int(chosen.name), (f"{chosen.name}: this run cannot tell {', '.join(s.name for s in tied)} apart by TTFT "
+                              f"(lowest median: {fastest.name}), and the largest tracks the fewest blocks")
+
+
+def follows_hit_rate(ttft: Sequence[Spread], hit_rate: Mapping[int, float]) -> str:
+    """Whether the TTFT order follows the hit-rate order: over each pair of sizes this run tells apart (two or more
+    repeats each, ranges apart), does the faster size have more hits?"""
+    pairs = list(combinations(ttft, 2))
+    told = [sorted(pair, key=lambda s: s.median) for pair in pairs
+            if min(len(s.values) for s in pair) >= 2 and not pair[0].overlaps(pair[1])]
+    if not told:
+        return "this run tells no two sizes apart by TTFT, so it cannot tell whether TTFT follows the hit rate"
+    rate = {s.name: hit_rate[int(s.name)] for s in ttft}
+    against = [f"{fast.name} is faster than {slow.name} at hit rate {rate[fast.name]:.3f} against {rate[slow.name]:.3f}"
+               for fast, slow in told if rate[fast.name] <= rate[slow.name]]
+    counted = f"{len(told)} pairs of sizes this run tells apart (of {len(pairs)})"
+    if not against:
+        return f"TTFT follows the hit rate: in each of the {counted}, the faster size has the higher hit rate"
+    return (f"TTFT does not follow the hit rate alone: of the {counted}, in {len(against)} the faster size has no "
+            "more hits: " + "; ".join(against))
+
+
+def ttft_verdicts(engine_sweep: pd.DataFrame) -> pd.DataFrame:
+    """Per workload, what this run's repeats support: the block sizes ranked by mean TTFT, whether that order
+    follows vLLM's hit rate (`vllm_hit_rate`, the same in every repeat), and the size to use (None: cannot tell)."""
+    rows = []
+    for workload in engine_sweep.workload.unique():
+        ttft = ttft_spreads(engine_sweep, workload)
+        rate = engine_sweep[engine_sweep.workload == workload].groupby("block_size").vllm_hit_rate.first()
+        size, why = recommend_from_spread(ttft)
+        rows.append({"workload": workload, "ranking": str(rank(ttft, quantity=f"{workload}, mean TTFT by block size",
+                                                                unit="ms", digits=2)),
+                     "hit_rate_order": follows_hit_rate(ttft, rate.to_dict()), "recommended": size, "why": why})
+    return pd.DataFrame(rows).astype({"recommended": "Int64"}).set_index("workload")
+
+
+def ttft_outliers(engine_sweep: pd.DataFrame, factor: float = 2.0) -> pd.DataFrame:
+    """The runs whose mean TTFT is more than `factor` times their workload's median over every size and repeat, or
+    under that median over `factor` (lab.experiments.verdict.outliers), with that median beside them."""
+    flagged = []
+    for workload, rows in engine_sweep.groupby("workload", sort=False):
+        found = outliers(Spread(str(workload), tuple(rows.mean_ttft_ms)), factor)
+        if found:
+            flagged.append(rows[rows.mean_ttft_ms.isin(found)].assign(workload_median_ms=rows.mean_ttft_ms.median()))
+    empty = engine_sweep.iloc[:0].assign(workload_median_ms=pd.Series(dtype=float))
+    return pd.concat(flagged, ignore_index=True) if flagged else empty
