@@ -237,12 +237,13 @@ def results_name(model_path: str | None = None) -> str:
     return f"cost-model-{Path(resolve_model(model_path)).name}-{backend()}"
 
 
-def save(model: CostModel, model_path: str | None = None) -> str:
-    """Save a fit as a results file (its costs, limits and fit error, with the hardware); returns the run id."""
+def save(model: CostModel, model_path: str | None = None, **details) -> str:
+    """Save a fit as a results file (its costs, limits and fit error, with the hardware and `details`, e.g. the
+    notebook whose run made it); returns the run id."""
     from lab.experiments.results import environment, save_results
 
     env = environment(max_num_batched_tokens=model.max_num_batched_tokens, max_num_seqs=model.max_num_seqs,
-                      fit_error=model.fit_error, calibration=[list(c) for c in CALIBRATION])
+                      fit_error=model.fit_error, calibration=[list(c) for c in CALIBRATION], **details)
     return save_results(model.table(), results_name(model_path), env).stem
 
 
