@@ -8,6 +8,7 @@ import math
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from lab import PROJECT_ROOT
@@ -20,6 +21,11 @@ CITATION = re.compile(r"\b(19|20)\d\d\b|#\d+")  # a year or a PR / issue number
 LINK = re.compile(r"\[(?P<text>[^\]]+)\]\((?P<url>https?://[^)\s]+)\)")  # [text](https://...)
 CITED = re.compile(r"#\d{3,}|\barXiv:\d|\bCVE-\d{4}|\bet al\.")  # a PR / issue, an arXiv paper, a CVE, a paper
 NUMBER_DECIDES = ("reproduced", "calibrated")  # verdicts that a figure, when the article gives one, must agree with
+# A lesson cited by number (what a renumbering stales): "07 sends", "(08 reads", "16's curves", "(17 and ...)"; not
+# "block 16", "16 bits", "0.46", "2,048" or "12.5 req/s".
+_NN = r"(?<![\w.,:/#-])(?<!size )(?<!block )(?:0\d|1\d|20)"
+BARE_LESSON = re.compile(rf"{_NN}(?='s\b|[),:;]|,? (?:and|or)\b)|(?<=\()(?:0\d|1\d|20)(?= )|{_NN}(?<=0\d)(?![\w.,%-])"
+                         r"|^(?:0\d|1\d|20)\b")
 
 
 def notebook_headings(path) -> set[str]:
@@ -59,6 +65,28 @@ def test_every_claim_has_a_verdict_a_basis_and_a_reason():
     no_reason = CLAIMS.index[CLAIMS.reason.str.strip().str.len() < 20].tolist()
     assert not no_reason, f"{no_reason}: say in a line why the verdict is what it is"
     assert not CLAIMS.reason.str.contains("\n").any(), "one line each"
+
+
+def test_a_reason_cites_a_lesson_by_its_topic_not_its_number():
+    """The CSV names a lesson `lesson:topic`; claims() writes its current NN_topic name, so a renumbering of the
+    course cannot leave a reason pointing at the wrong lesson, and a topic no notebook has fails loudly."""
+    raw = pd.read_csv(article.CLAIMS_CSV, dtype=str, keep_default_na=False).set_index("claim")
+    numbered = {name: BARE_LESSON.findall(reason) for name, reason in raw.reason.items() if BARE_LESSON.search(reason)}
+    assert not numbered, f"{numbered}: cite a lesson as lesson:topic, not by its number"
+    topics = {found["topic"] for reason in raw.reason for found in article.LESSON.finditer(reason)}
+    assert topics and topics <= set(article.lesson_names()), topics - set(article.lesson_names())
+    assert not CLAIMS.reason.str.contains("lesson:").any(), "claims() shows each lesson under its current name"
+
+
+def test_a_lesson_topic_becomes_its_current_name_and_a_number_is_caught():
+    current = article.lesson_names()["gain_vs_hit_rate"]
+    assert article.cite_lessons("on lesson:gain_vs_hit_rate's curves") == f"on {current}'s curves"
+    with pytest.raises(KeyError, match="no_such_topic"):
+        article.cite_lessons("see lesson:no_such_topic")
+    for numbered in ("(08 reads them from the live server)", "07 sends a hot prefix", "on 16's curves",
+                     "(15 runs two model sizes)", "(17 and python -m lab.audit)", "(07: half the bytes"):
+        assert BARE_LESSON.search(numbered), numbered
+    assert not BARE_LESSON.search("at block 16 to 256, at size 16 and 32, in 16 bits, 0.46-0.57, 2,048 tokens, 12.5 req/s")
 
 
 @pytest.mark.parametrize("name", CLAIMS.index)

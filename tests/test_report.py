@@ -16,13 +16,17 @@ from lab.experiments.capacity import CapacityColumns, capacity_frame, capacity_r
 from lab.experiments.results import CANONICAL_DIR, environment, save_results
 from lab.tools.readme_report import (
     HEADLINE,
+    NOTEBOOKS,
     SUMMARY,
     headline_section,
+    notebooks_section,
     results_context,
     results_section,
     summary_section,
     update_reports,
 )
+from lab.tools.report_contexts import in_words, lesson, lesson_number, notebook_rows
+from lab.tools.runner import all_notebooks
 
 
 def tables(text: str) -> list[pd.DataFrame]:
@@ -98,7 +102,8 @@ def test_the_headline_is_notebook_05s_ttft_change_beside_the_articles(results):
 def report_files(tmp_path, monkeypatch) -> tuple:
     readme, results = tmp_path / "README.md", tmp_path / "RESULTS.md"
     readme.write_text(f"intro\n{HEADLINE[0]}\nold\n{HEADLINE[1]}\nmiddle\n{SUMMARY[0]}\nold\n{SUMMARY[1]}\noutro\n")
-    results.write_text(f"head\n{lab.tools.readme_report.START}\nold\n{lab.tools.readme_report.END}\ntail\n")
+    results.write_text(f"head\n{NOTEBOOKS[0]}\nSTALE\n{NOTEBOOKS[1]}\nmiddle\n{lab.tools.readme_report.START}\nSTALE\n"
+                       f"{lab.tools.readme_report.END}\ntail\n")
     monkeypatch.setattr(lab.tools.readme_report, "README", readme)
     monkeypatch.setattr(lab.tools.readme_report, "RESULTS", results)
     return readme, results
@@ -113,7 +118,8 @@ def test_both_files_are_rewritten_only_between_their_markers(results, tmp_path, 
     assert between(text, HEADLINE) == headline_section() and between(text, SUMMARY) == summary_section()
     assert "| mean TTFT" not in text, "the tables live in docs/RESULTS.md"
     text = results_md.read_text()
-    assert text.startswith("head\n") and text.endswith("tail\n") and "old" not in text and "| mean TTFT" in text
+    assert text.startswith("head\n") and text.endswith("tail\n") and "STALE" not in text and "| mean TTFT" in text
+    assert between(text, NOTEBOOKS) == notebooks_section() and "\nmiddle\n" in text
     assert results_md.stat().st_mode & 0o777 == 0o644, "an atomic rewrite keeps the file's permissions"
 
 
@@ -146,6 +152,38 @@ def test_the_committed_reports_are_what_the_canonical_results_render(monkeypatch
     assert between(readme, SUMMARY) == lab.tools.readme_report.render("summary.md.j2", context)
     markers = (lab.tools.readme_report.START, lab.tools.readme_report.END)
     assert between(results_md, markers) == lab.tools.readme_report.render("results.md.j2", context)
+    assert between(results_md, NOTEBOOKS) == notebooks_section(), "the notebooks table is every notebook's title cell"
+
+
+def test_the_notebooks_table_is_every_notebook_and_its_title_cell():
+    """docs/RESULTS.md's table of notebooks lists what the runner runs, in order, each with the title and the
+    question of its own first cell: a notebook added, split or renamed changes the table."""
+    table = tables(notebooks_section())[0]
+    assert [re.search(r"`(\w+)`", cell)[1] for cell in table.notebook] == [p.stem for p in all_notebooks()]
+    first = row(table, "[`00_quickstart`](lessons/00_quickstart.ipynb)")
+    assert first[0].startswith("Quickstart") and first[1].endswith("?"), first
+
+
+def test_a_notebooks_title_cell_is_read_and_a_pipe_kept_in_its_cell(tmp_path):
+    import nbformat
+
+    def notebook(name: str, first_cell: str):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(first_cell)])
+        nbformat.write(nb, tmp_path / name)
+        return tmp_path / name
+
+    good = notebook("07_a_b.ipynb", "# 07 · A | B\n\n**The question.** Does it\nwrap?\n\n**Predict.** x")
+    assert notebook_rows([good]).iloc[0].tolist() == ["`07_a_b`", "A \\| B", "Does it wrap?"]
+    with pytest.raises(ValueError, match="The question"):
+        notebook_rows([notebook("08_c.ipynb", "# 08 · C\n\nno question here")])
+
+
+def test_a_lesson_is_named_from_its_results_file():
+    assert lesson("16_gain_vs_hit_rate-implied_hit_rate-20261201T203216") == "16_gain_vs_hit_rate"
+    assert lesson("18_model_size-20261202T014717") == "18_model_size" and lesson_number("12_fleet_simulator-sim") == "12"
+    with pytest.raises(ValueError):
+        lesson("bench_audit-100000-20261202T014914")
+    assert (in_words(4), in_words(12)) == ("four", "12")
 
 
 def test_the_readme_is_a_front_door():
@@ -185,6 +223,7 @@ def test_the_capacity_section_comes_from_the_capacity_results(results):
     assert row(curve, "0.9") == ["0.8", "5", "3", "-60%"]
     assert row(cap, "custom") == ["300", "4-16", ">= 16", "4.00x", "0.7", "3.33"], "met at 4, missed at 16; on never missed"
     assert "../figures/16_gain_vs_hit_rate-gain_vs_hit_rate.png" in results_section()
+    assert "What the article's gain implies** (`16`)" in summary_section(), "the lesson of the implied hit rate's file"
 
 
 def test_a_capacity_column_is_renamed_in_one_place(results, monkeypatch):
@@ -267,6 +306,7 @@ def test_the_routing_section_comes_from_the_routing_results(results):
     assert row(agreement, "skewed") == ["round_robin", "0.6", "0.58", "-0.02", "800", "200"]
     assert row(faults, "2") == ["24", "24", "3", "6", "2,016", "1,000", "200", "0.3"]
     assert "../figures/11_routing-hit_rate.png" in text
+    assert "**Routing** (`12`, simulated, 64 replicas)" in summary_section(), "the lesson of the simulated sweep's file"
     for number in ("33 ms", "58 ms", "1,000", "40%"):  # the TTFT model's two terms, the rejoin's share of requests
         assert number in text, number
 
@@ -277,23 +317,27 @@ def test_the_audit_section_comes_from_the_audit_results(results):
     save_results(pd.DataFrame([
         {"workload": "customer_service", "prompts": 300, "recommended_block_size": 32, "hit_rate": 0.675,
          "radix_hit_rate": 0.688, "projected_throughput_gain": 2.92, "measured_throughput_gain": 2.14,
-         "sample_prompts": 24, "projected_sample_throughput_gain": 2.4,
+         "sample_prompts": 24, "projected_sample_throughput_gain": 2.4, "measured_gain_low": 2.05,
+         "measured_gain_high": 2.2, "measured_pairs": 3,
          "recommended_policy": "cache_aware --cache-threshold 0.5", "salted_hit_rate": 0.31},
         {"workload": "timestamped", "prompts": 120, "recommended_block_size": 128, "hit_rate": 0.0,
          "hit_rate_after_moving_fields": 0.86, "fields": "Current time: + Request id:"}]), "20_your_workload-audit", env)
     save_results(pd.DataFrame({"stage": ["read and tokenize", "hit rates"], "seconds": [100.0, 50.0]}),
                  "bench_audit-100000", environment(prompts=100000, mean_prompt_tokens=1017.0, seconds=151.0,
-                                                   peak_memory_gib=1.29, workers=2, explained=5000))
+                                                   peak_memory_gib=1.29, peak_rss_gib=1.1, peak_total_pss_gib=1.29,
+                                                   processes=3, workers=2, explained=5000))
     audit = results_context()["audit"]
     assert audit["bot"] | {"policy": None} == {"prompts": 300, "hit_rate": 0.675, "block_size": 32, "radix_hit_rate": 0.688,
                                                "projected": 2.92, "measured": 2.14, "policy": None, "salted": 0.31,
                                                "sample": 24, "projected_sample": 2.4}
     assert audit["stamped"] == {"fields": "Current time: + Request id:", "hit_rate": 0.0, "after": 0.86}
     assert [run["prompts"] for run in audit["scale"]] == [100000] and audit["scale"][0]["total"] == 151.0
+    assert audit["confirmation"] == {"low": 2.05, "high": 2.2, "pairs": 3}
+    assert audit["scale"][0]["peak_is"] == "pss", "the peak shown is the sampled PSS of all processes, not this one's"
     text = results_section()
     for number in ("67.5%", "68.8%", "x2.92", "x2.14", "x2.40", "24", "86.0%", "100,000", "151 s", "1.29 GiB", "1.39 GB",
-                   "2 processes", "5,000"):
-        assert number in text
+                   "2 processes", "5,000", "three off/on pairs", "x2.05-x2.20", "all 3 processes", "1.10 GiB"):
+        assert number in text, number
 
 
 def test_the_why_section_comes_from_notebook_14s_results(results):
@@ -308,7 +352,7 @@ def test_the_why_section_comes_from_notebook_14s_results(results):
     why = results_context()["why"]
     assert why["validation"]["worst_gain"] == 0.056 and why["validation"]["worst_ttft"] == 0.053
     text = results_section()
-    for piece in ("5.6%", "5.3%", "cost-model-x-cpu-1", "| 64 ", "| no "):  # the worst errors, the fit, the table
+    for piece in ("5.6%", "5.3%", "cost-model-x-cpu-1", "| 64 ", "| no ", "on two workloads"):  # ... and how many
         assert piece in text, piece
 
 

@@ -17,6 +17,11 @@ from lab import PROJECT_ROOT
 from lab.experiments.results import load_latest_full_or_canonical
 
 CLAIMS_CSV = PROJECT_ROOT / "data" / "reference" / "article_claims.csv"
+NOTEBOOKS_DIR = PROJECT_ROOT / "notebooks"
+# A reason cites a lesson by its topic, `lesson:gain_vs_hit_rate`, never by its number: claims() writes the lesson's
+# current name (16_gain_vs_hit_rate) in its place, so a renumbering of the course cannot leave a reason pointing
+# at the wrong lesson.
+LESSON = re.compile(r"\blesson:(?P<topic>[a-z0-9_]+)")
 SETTING = "A100 80GB, Llama-2-7b-chat, 1000 prompts"  # the article's test environment (section 4.1)
 
 # The lab's metric name -> the article's (caching off, caching on) claims for it.
@@ -63,11 +68,32 @@ FIGURE = re.compile(r"^(?P<low>-?\d+(\.\d+)?)(-(?P<high>\d+(\.\d+)?))?$")
 @cache
 def claims() -> pd.DataFrame:
     """The claims ledger, indexed by claim name: section, value (as written), unit, context (what the article
-    says), the lab's verdict (VERDICTS), its basis (BASES), a one-line reason, the evidence
-    (`notebooks/NN_x.ipynb#Heading`, `results:NAME`, `tests/file.py::test`, `vllm:path.py::name` or a file of this
-    repository, several joined by " ; "), and where a lab number stands beside the figure: `measured` (MEASURED)
-    and the `tolerance` within which it agrees with the figure (TOLERANCE)."""
-    return pd.read_csv(CLAIMS_CSV, dtype=str, keep_default_na=False).set_index("claim")
+    says), the lab's verdict (VERDICTS), its basis (BASES), a one-line reason (lessons cited by topic, LESSON,
+    written here under their current names), the evidence (`notebooks/NN_x.ipynb#Heading`, `results:NAME`,
+    `tests/file.py::test`, `vllm:path.py::name` or a file of this repository, several joined by " ; "), and where a
+    lab number stands beside the figure: `measured` (MEASURED) and the `tolerance` within which it agrees with the
+    figure (TOLERANCE). Claims about vLLM's behaviour are judged against the vLLM the lab runs (the version every
+    results file records); a reason says where the article's own release behaved otherwise."""
+    ledger = pd.read_csv(CLAIMS_CSV, dtype=str, keep_default_na=False).set_index("claim")
+    ledger["reason"] = ledger.reason.map(cite_lessons)
+    return ledger
+
+
+def lesson_names() -> dict[str, str]:
+    """Each lesson's topic -> its notebook's current name: `gain_vs_hit_rate` -> `16_gain_vs_hit_rate`."""
+    return {path.stem[3:]: path.stem for path in sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))}
+
+
+def cite_lessons(text: str) -> str:
+    """`text` with each `lesson:topic` replaced by that lesson's current name; KeyError for a topic no notebook has."""
+    names = lesson_names()
+
+    def name(found: re.Match) -> str:
+        if found["topic"] not in names:
+            raise KeyError(f"lesson:{found['topic']} names no notebook in {NOTEBOOKS_DIR}; the topics: {sorted(names)}")
+        return names[found["topic"]]
+
+    return LESSON.sub(name, text)
 
 
 def evidence(name: str) -> list[str]:

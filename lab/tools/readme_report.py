@@ -2,12 +2,14 @@
 just measured).
 
     python -m lab.tools.readme_report    # rewrites, between their markers, README.md's headline and summary
-                                         # and docs/RESULTS.md's Results section
+                                         # and docs/RESULTS.md's notebooks table and Results section
 
 The numbers are gathered into one context (`results_context()`: plain values and pandas tables) and the prose
-is in Jinja2 templates (`templates/headline.md.j2`, `summary.md.j2`, `results.md.j2`), so a change of wording
-touches no code and no test. Every part is rendered and every marker found before either file is written, and
-each file is replaced atomically: a failure leaves both as they were.
+is in Jinja2 templates (`templates/headline.md.j2`, `summary.md.j2`, `results.md.j2`, `notebooks.md.j2`), so a
+change of wording touches no code and no test. Nothing that can change is typed in them: a lesson is named by the
+results file its number came from (the `lesson` and `lesson_number` filters), a count is counted, and the table of
+notebooks is each notebook's own title cell. Every part is rendered and every marker found before either file is
+written, and each file is replaced atomically: a failure leaves both as they were.
 """
 
 from __future__ import annotations
@@ -27,18 +29,24 @@ from lab.experiments.results import hardware_line, load_latest, write_atomically
 from lab.tools.report_contexts import (
     audit_context,
     capacity_context,
+    in_words,
+    lesson,
+    lesson_number,
     markdown_table,
+    notebook_rows,
     number,
     routing_context,
     size_context,
     why_context,
 )
+from lab.tools.runner import all_notebooks
 
 README = PROJECT_ROOT / "README.md"
 RESULTS = PROJECT_ROOT / "docs" / "RESULTS.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"  # docs/RESULTS.md
 HEADLINE = ("<!-- headline:start -->", "<!-- headline:end -->")  # README.md: the one headline figure
 SUMMARY = ("<!-- summary:start -->", "<!-- summary:end -->")  # README.md: the headline results, a few lines
+NOTEBOOKS = ("<!-- notebooks:start -->", "<!-- notebooks:end -->")  # docs/RESULTS.md: the course's notebooks
 FIGURES_FROM_RESULTS = "../figures"  # docs/RESULTS.md links the figures relative to docs/
 TEMPLATES = Path(__file__).with_name("templates")
 LABELS = {
@@ -116,7 +124,8 @@ def results_context() -> dict:
     hit_rate = rows.loc["hit_rate", "cache on"]
     parts = {"capacity": capacity_context(), "routing": routing_context(), "why": why_context(), "size": size_context()}
     figures = FIGURES + [figure for part, shown in OPTIONAL_FIGURES.items() if parts[part] for figure in shown]
-    return {"env": env, "run_id": meta["run_id"], "hardware": hardware_line(env), "model": describe_model(model),
+    return {"env": env, "run_id": meta["run_id"], "online_run_id": online_meta["run_id"],
+            "hardware": hardware_line(env), "model": describe_model(model),
             "article_setting": article.SETTING,
             "offline_table": markdown_table(comparison_table(offline, with_article=True)),
             "online_table": markdown_table(comparison_table(online, with_article=False)),
@@ -134,7 +143,7 @@ def render(template: str, context: dict | None = None) -> str:
     """One template rendered with the results context (read afresh unless given)."""
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                                      lstrip_blocks=True)
-    environment.filters["number"] = number
+    environment.filters |= {"number": number, "lesson": lesson, "lesson_number": lesson_number, "in_words": in_words}
     text = environment.get_template(template).render(**(context or results_context()))
     return re.sub(r"\n{3,}", "\n\n", text).strip()  # a section left out leaves one blank line, not several
 
@@ -154,6 +163,11 @@ def summary_section() -> str:
     return render("summary.md.j2")
 
 
+def notebooks_section() -> str:
+    """docs/RESULTS.md's table of the notebooks: every notebook of the course, with its title and question."""
+    return render("notebooks.md.j2", {"notebooks": markdown_table(notebook_rows(all_notebooks()))})
+
+
 def between(text: str, markers: tuple[str, str], body: str, name: str) -> str:
     """`text` with what lies between the two markers replaced by `body`; SystemExit when a marker is missing."""
     start, end = markers
@@ -171,9 +185,10 @@ def update_reports() -> None:
     readme = between(README.read_text(), HEADLINE, render("headline.md.j2", context), README.name)
     readme = between(readme, SUMMARY, render("summary.md.j2", context), README.name)
     results = between(RESULTS.read_text(), (START, END), render("results.md.j2", context), "docs/RESULTS.md")
+    results = between(results, NOTEBOOKS, notebooks_section(), "docs/RESULTS.md")
     write_atomically(RESULTS, results, overwrite=True)
     write_atomically(README, readme, overwrite=True)
-    print(f"updated the headline and summary of {README} and the Results section of {RESULTS}")
+    print(f"updated the headline and summary of {README} and the notebooks and Results sections of {RESULTS}")
 
 
 if __name__ == "__main__":

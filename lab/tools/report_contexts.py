@@ -1,17 +1,46 @@
-"""What the later notebooks contribute to docs/RESULTS.md's Results section: one context per notebook (10-12
-routing, the simulator and a replica's failure, 13 why it missed, 14 capacity, 15 model size, 17 the audit), each
-read from that notebook's latest results files and None when it has not run; and how the reports write numbers
-and tables (`lab.tools.readme_report` renders them)."""
+"""What the later notebooks contribute to docs/RESULTS.md's Results section: one context per topic (routing, the
+simulator and a replica's failure; why it missed and the cost model; the gain curve and capacity; model size; the
+audit), each read from its notebooks' latest results files and None when they have not run; the course's
+notebooks with their titles; and how the reports write numbers, tables and lesson names (`lab.tools.readme_report`
+renders them). A report names a lesson by the results file its number came from (`lesson`), never by a typed
+number."""
 
 from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from lab import PROJECT_ROOT
 from lab.experiments import article
 from lab.experiments.bench import router_policies_seconds
 from lab.experiments.capacity import CapacityColumns, spread_name
 from lab.experiments.results import hardware_line, load_latest
+
+LESSONS_DIR = PROJECT_ROOT / "docs" / "lessons"  # the executed copies the notebooks table links
+LESSON_OF = re.compile(r"^(?P<lesson>(?P<number>\d\d)_[a-z0-9_]+?)(-|$)")  # a results name or run id: NN_topic-...
+WORDS = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+
+
+def lesson(name: str) -> str:
+    """The lesson a results file or run belongs to: `16_gain_vs_hit_rate-gain-2026...` -> `16_gain_vs_hit_rate`."""
+    found = LESSON_OF.match(name)
+    if not found:
+        raise ValueError(f"{name!r} is no lesson's results (NN_topic-...)")
+    return found["lesson"]
+
+
+def lesson_number(name: str) -> str:
+    """The number of the lesson a results file or run belongs to: `16_gain_vs_hit_rate-gain-2026...` -> `16`."""
+    return lesson(name)[:2]
+
+
+def in_words(count: int) -> str:
+    """A small count as a word (`4` -> `four`), a larger one in digits."""
+    return WORDS[count] if 0 <= count < len(WORDS) else f"{count:,}"
 
 
 def number(value) -> str:
@@ -50,7 +79,8 @@ def capacity_context() -> dict | None:
     cap, capacity_meta = _latest_or_none("17_capacity-capacity")
     if gain is None or cap is None:
         return None
-    implied = load_latest("16_gain_vs_hit_rate-implied_hit_rate")[0].drop(columns="model").to_numpy()
+    implied, implied_meta = load_latest("16_gain_vs_hit_rate-implied_hit_rate")
+    implied = implied.drop(columns="model").to_numpy()
     sweep = load_latest("17_capacity-sweep")[0]
     zero = load_latest("16_gain_vs_hit_rate-zero_hit")[0].iloc[0]
     curve = pd.DataFrame({"shared fraction": gain.shared_fraction, "token hit rate h": gain.hit_rate,
@@ -72,7 +102,8 @@ def capacity_context() -> dict | None:
         table["cost model ratio"] = [f"{r:.2f}x" if pd.notna(r) else "" for r in cap[c.MODEL_RATIO]]
     return {"run_id": meta["run_id"], "env": meta["environment"], "curve": markdown_table(curve),
             "capacity_run_id": capacity_meta["run_id"], "capacity_env": capacity_meta["environment"],
-            "table": markdown_table(table), "implied_low": float(np.nanmin(implied)), "implied_high": float(np.nanmax(implied)),
+            "table": markdown_table(table), "implied_run_id": implied_meta["run_id"],
+            "implied_low": float(np.nanmin(implied)), "implied_high": float(np.nanmax(implied)),
             "article_throughput_change": article.change_percent("requests_per_s"),
             "article_ttft_change": article.change_percent("mean_ttft_ms"),
             "searched": c.SEARCHED_RATIO in cap.columns,
@@ -175,7 +206,16 @@ def audit_context() -> dict | None:
                     "projected_sample": bot.get("projected_sample_throughput_gain", float("nan")),
                     "salted": bot.salted_hit_rate},
             "stamped": {"fields": stamped.fields, "hit_rate": stamped.hit_rate, "after": stamped.hit_rate_after_moving_fields},
+            "confirmation": _confirmation(bot),
             "scale": [run for size in (100_000, 1_000_000) if (run := _bench_audit(size))]}
+
+
+def _confirmation(bot: pd.Series) -> dict:
+    """How the audit's engine run measured its gain, as its results record it: the range of the off/on pairs' gains
+    (None where not recorded) and how many pairs (None where not recorded)."""
+    low, high, pairs = (bot.get(c, float("nan")) for c in ("measured_gain_low", "measured_gain_high", "measured_pairs"))
+    return {"low": None if pd.isna(low) else low, "high": None if pd.isna(high) else high,
+            "pairs": None if pd.isna(pairs) else int(pairs)}
 
 
 def _bench_audit(prompts: int) -> dict | None:
@@ -184,8 +224,12 @@ def _bench_audit(prompts: int) -> dict | None:
     if stages is None:
         return None
     e = meta["environment"]
+    rss, pss = e.get("peak_rss_gib"), e.get("peak_total_pss_gib")
     return {"run_id": meta["run_id"], "prompts": e["prompts"], "mean_tokens": e["mean_prompt_tokens"],
             "total": e["seconds"], "peak_gib": e["peak_memory_gib"], "peak_gb": e["peak_memory_gib"] * 2 ** 30 / 1e9,
+            "rss_gib": rss, "pss_gib": pss, "processes": e.get("processes", 1),
+            # the peak shown is the larger of this process's resident peak and all processes' sampled PSS
+            "peak_is": None if rss is None or pss is None else "rss" if rss >= pss else "pss",
             "workers": e.get("workers", 1), "explained": e["explained"],
             "sections": list(zip(stages.stage, stages.seconds))}
 
@@ -199,6 +243,7 @@ def why_context() -> dict | None:
     return {"run_id": meta["run_id"], "checks": markdown_table(checks),
             "validation": None if validation is None else {
                 "run_id": validation_meta["run_id"], "cost_model": validation_meta["environment"]["cost_model"],
+                "workloads": len(validation), "repeats": validation_meta["environment"].get("repeats"),
                 "worst_gain": validation.gain_error.abs().max(), "worst_ttft": validation.ttft_error.abs().max(),
                 "table": markdown_table(validation[["workload", "prompts", "hit_rate", "naive_bound", "projected_gain",
                                                    "throughput_gain", "gain_error", "projected_ttft_change",
@@ -211,3 +256,20 @@ def size_context() -> dict | None:
     columns = ["model", "parameters", "source", "hit_rate", "bound", "throughput_gain", "share_of_bound", "ttft_change"]
     return table is not None and {"run_id": meta["run_id"], "hardware": hardware_line(meta["environment"]),
                                   "table": markdown_table(table[columns])} or None
+
+
+def notebook_rows(notebooks: list[Path]) -> pd.DataFrame:
+    """One row per notebook: its name (linked, from docs/, to its executed copy in docs/lessons/ where there is one)
+    and the title and question of its title cell (`# NN · Title`, then a paragraph opening `**The question.**`)."""
+    rows = []
+    for path in notebooks:
+        cell = json.loads(path.read_text())["cells"][0]
+        text = "".join(cell["source"])
+        title = re.match(r"#\s*\d\d\s*·\s*(?P<title>.+)", text.splitlines()[0])
+        question = re.search(r"\*\*The question\.\*\*\s*(?P<q>.+?)(\n\s*\n|$)", text, re.S)
+        if cell["cell_type"] != "markdown" or not title or not question:
+            raise ValueError(f"{path.name}: its first cell is not `# NN · Title` with a `**The question.**` paragraph")
+        name = f"`{path.stem}`"
+        rows.append({"notebook": f"[{name}](lessons/{path.name})" if (LESSONS_DIR / path.name).is_file() else name,
+                     "title": title["title"].strip(), "the question it answers": " ".join(question["q"].split())})
+    return pd.DataFrame(rows).replace(r"\|", r"\\|", regex=True)  # a pipe in a cell would split it
