@@ -1,0 +1,182 @@
+"""Block-hash traces: production request logs that carry reuse but no text (Mooncake's and Alibaba Bailian's format).
+
+Each line is one request: `timestamp`, `input_length`, `output_length` and `hash_ids`, one id per block of the
+input, where the same id means the same prefix up to the end of that block, so an id is already a chained hash.
+Mooncake's blocks are 512 tokens and its timestamps milliseconds; Bailian's add `chat_id`, `parent_chat_id`
+(-1 for a conversation's first turn), `turn` and `type`, with 16-token blocks and timestamps in seconds. The
+partial last block has an id of its own, so `len(hash_ids) == ceil(input_length / block_tokens)`.
+
+The replay follows vLLM's rules through `lab.audit.replay.replay_chains`, the block pool proven equal to
+`lab.core.prefix_cache.PrefixCache`: only full blocks are cached (the partial block's id is dropped), the last
+token is always computed, requests arrive in timestamp order, each request's blocks are freed tail first into the
+LRU free queue.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lab.audit.prompts import AuditInputError
+from lab.audit.replay import replay_chains
+
+MOONCAKE = {"format": "mooncake", "block_tokens": 512, "seconds_per_tick": 1e-3}
+BAILIAN = {"format": "bailian", "block_tokens": 16, "seconds_per_tick": 1.0}
+REQUIRED = ("timestamp", "input_length", "output_length", "hash_ids")
+BAILIAN_KEYS = ("chat_id", "parent_chat_id", "turn", "type")
+
+
+@dataclass(frozen=True)
+class BlockTrace:
+    """A block-hash trace in arrival order: one entry per request, chains of full blocks only."""
+
+    source: str
+    format: str
+    block_tokens: int
+    arrival_s: np.ndarray  # seconds since the trace began
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    chains: tuple[np.ndarray, ...]  # each request's full blocks' ids (the partial last block left out)
+    conversations: pd.DataFrame | None = None  # Bailian's chat_id, parent_chat_id, turn, type; None for Mooncake
+
+    def __len__(self) -> int:
+        return len(self.chains)
+
+    @property
+    def total_blocks(self) -> int:
+        """Distinct full blocks in the trace: a pool this large never evicts."""
+        return len(np.unique(np.concatenate(self.chains))) if len(self) else 0
+
+
+def _open(path: Path):
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+
+
+def is_block_trace(path: str | Path) -> bool:
+    """Whether `path` (JSON lines, optionally gzipped) holds a block-hash trace: its first record has `hash_ids`."""
+    path = Path(path)
+    if not path.is_file() or not path.name.endswith((".jsonl", ".jsonl.gz", ".json")):
+        return False
+    with _open(path) as f:
+        first = f.readline()
+    try:
+        return isinstance(json.loads(first), dict) and "hash_ids" in json.loads(first)
+    except json.JSONDecodeError:
+        return False
+
+
+def _check_record(record: object, line: int, where: str, block_tokens: int) -> None:
+    if not isinstance(record, dict):
+        raise AuditInputError(f"{where}:{line}: expected a JSON object with {', '.join(REQUIRED)}")
+    missing = [k for k in REQUIRED if k not in record]
+    if missing:
+        raise AuditInputError(f"{where}:{line}: missing {', '.join(missing)}; a block-hash trace line has "
+                              f"{', '.join(REQUIRED)}")
+    ids, length = record["hash_ids"], record["input_length"]
+    if not (isinstance(length, int) and length > 0):
+        raise AuditInputError(f"{where}:{line}: input_length={length!r} must be a positive whole number of tokens")
+    if not (isinstance(ids, list) and all(isinstance(i, int) for i in ids)):
+        raise AuditInputError(f"{where}:{line}: hash_ids must be a list of integer block ids")
+    if len(ids) != math.ceil(length / block_tokens):
+        raise AuditInputError(f"{where}:{line}: {len(ids)} hash_ids for input_length {length}: with "
+                              f"{block_tokens}-token blocks that needs {math.ceil(length / block_tokens)} "
+                              "(one per block, the partial last one included); is the block size right "
+                              "(block_tokens)?")
+
+
+def read_block_trace(path: str | Path, block_tokens: int | None = None, limit: int | None = None) -> BlockTrace:
+    """Read a Mooncake or Bailian trace (format told by its keys), check every line, sort by arrival.
+    `block_tokens` overrides the format's block size; `limit` keeps the first requests of the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise AuditInputError(f"{path}: no such file; pass a block-hash trace (JSON lines with hash_ids), "
+                              "e.g. data/traces/mooncake_conversation_trace.jsonl.gz")
+    records, spec = [], None
+    with _open(path) as f:
+        for line, text in enumerate(f, start=1):
+            if limit is not None and len(records) >= limit:
+                break
+            if not text.strip():
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise AuditInputError(f"{path}:{line}: not JSON ({error.msg})") from None
+            spec = spec or (BAILIAN if isinstance(record, dict) and "chat_id" in record else MOONCAKE)
+            _check_record(record, line, str(path), block_tokens or spec["block_tokens"])
+            records.append(record)
+    if not records:
+        raise AuditInputError(f"{path}: no requests in the file")
+    return _build(records, str(path), spec, block_tokens or spec["block_tokens"])
+
+
+def _build(records: list[dict], source: str, spec: dict, block_tokens: int) -> BlockTrace:
+    order = np.argsort([r["timestamp"] for r in records], kind="stable")
+    ordered = [records[i] for i in order]
+    lengths = np.array([r["input_length"] for r in ordered], dtype=np.int64)
+    chains = tuple(np.asarray(r["hash_ids"][: r["input_length"] // block_tokens], dtype=np.int64) for r in ordered)
+    conversations = None
+    if spec["format"] == "bailian":
+        conversations = pd.DataFrame([{k: r.get(k) for k in BAILIAN_KEYS} for r in ordered])
+    start = ordered[0]["timestamp"]
+    return BlockTrace(source=source, format=spec["format"], block_tokens=block_tokens,
+                      arrival_s=np.array([(r["timestamp"] - start) * spec["seconds_per_tick"] for r in ordered]),
+                      input_tokens=lengths, output_tokens=np.array([r["output_length"] for r in ordered]),
+                      chains=chains, conversations=conversations)
+
+
+def combine(*traces: BlockTrace) -> BlockTrace:
+    """Several traces as one (requests merged by arrival), their ids kept apart: two traces never share a block."""
+    if len({t.block_tokens for t in traces}) != 1:
+        raise ValueError("traces of different block sizes cannot be replayed as one pool")
+    offset, chains = 0, []
+    for trace in traces:
+        chains += [chain + offset for chain in trace.chains]
+        offset += int(max((c.max() for c in trace.chains if len(c)), default=0)) + 1
+    arrival = np.concatenate([t.arrival_s for t in traces])
+    order = np.argsort(arrival, kind="stable")
+    return BlockTrace(source=" + ".join(t.source for t in traces), format=traces[0].format,
+                      block_tokens=traces[0].block_tokens, arrival_s=arrival[order],
+                      input_tokens=np.concatenate([t.input_tokens for t in traces])[order],
+                      output_tokens=np.concatenate([t.output_tokens for t in traces])[order],
+                      chains=tuple(chains[i] for i in order))
+
+
+def pool_blocks(trace: BlockTrace, kv_tokens: int | None) -> int:
+    """The blocks a pool of `kv_tokens` tokens holds for this trace (None: one that never evicts). A pool smaller
+    than the longest request is raised to fit it, since an engine could not admit that request at all."""
+    longest = int(np.max(-(-trace.input_tokens // trace.block_tokens)))
+    if kv_tokens is None:
+        return trace.total_blocks + longest
+    if kv_tokens < trace.block_tokens:
+        raise ValueError(f"kv_tokens={kv_tokens} holds no {trace.block_tokens}-token block; give at least "
+                         f"{trace.block_tokens}")
+    return min(max(kv_tokens // trace.block_tokens, longest), trace.total_blocks + longest)
+
+
+def cached_tokens(trace: BlockTrace, kv_tokens: int | None) -> np.ndarray:
+    """Each request's cached tokens when the trace is replayed through one pool of `kv_tokens` tokens."""
+    return replay_chains(trace.chains, trace.input_tokens, trace.block_tokens, pool_blocks(trace, kv_tokens))
+
+
+def hit_rate(trace: BlockTrace, kv_tokens: int | None) -> float:
+    """The token hit rate (cached / input tokens) of the replay."""
+    return float(cached_tokens(trace, kv_tokens).sum() / trace.input_tokens.sum())
+
+
+def capacity_curve(trace: BlockTrace, capacities: list[int] | np.ndarray, progress: bool = False) -> pd.DataFrame:
+    """The token hit rate at each KV capacity (tokens), and at infinite capacity (the trace's maximum).
+    `pool_tokens` is the pool replayed: larger than `kv_tokens` where that could not hold the longest request."""
+    from tqdm.auto import tqdm
+
+    rows = [{"kv_tokens": int(c), "pool_tokens": pool_blocks(trace, int(c)) * trace.block_tokens,
+             "hit_rate": hit_rate(trace, int(c))}
+            for c in tqdm(capacities, desc="capacities", disable=not progress, leave=False)]
+    maximum = hit_rate(trace, None)
+    return pd.DataFrame(rows).assign(max_hit_rate=maximum, share_of_max=lambda t: t.hit_rate / maximum)
