@@ -38,7 +38,7 @@ def tok():
 def timestamp_audit(tmp_path_factory):
     path = write_jsonl(tmp_path_factory.mktemp("audit") / "timestamped.jsonl",
                        [{"prompt": timestamped(i), "tenant": f"t{i % 3}"} for i in range(60)])
-    return audit(path, confirm=0, replicas=2, kv_tokens=40_000, progress=False)
+    return audit(path, replicas=2, kv_tokens=40_000, progress=False)
 
 
 def test_a_leading_timestamp_is_named_and_moving_it_is_measured(timestamp_audit, tok):
@@ -78,7 +78,7 @@ def test_prompts_that_share_their_start_have_no_field_to_move(tmp_path):
     rng = random.Random(0)
     path = write_jsonl(tmp_path / "shared.jsonl",
                        [{"prompt": f"{SHARED}\nQuestion {i}: {text_of_tokens(rng, 30, 'all')}"} for i in range(12)])
-    result = audit(path, confirm=0, replicas=2, block_sizes=[32], progress=False)
+    result = audit(path, replicas=2, block_sizes=[32], progress=False)
     assert result.fields == [] and result.divergence.median_shared_fraction > 0.8
     assert result.confirmation is None and result.hit_rate_by_block_size[32] > 0.5
 
@@ -118,14 +118,14 @@ def test_skip_bad_audits_the_good_lines_and_counts_the_rest(tmp_path, tok):
 def test_a_tokenizer_that_cannot_load_and_a_missing_file_are_named(tmp_path, capsys):
     with pytest.raises(AuditInputError, match=r"--model .*nowhere: cannot load a tokenizer .* leave --model out"):
         load_tokenizer(str(tmp_path / "nowhere"))
-    assert main([str(tmp_path / "missing.jsonl"), "--confirm", "0"]) == 2
+    assert main([str(tmp_path / "missing.jsonl")]) == 2
     assert "missing.jsonl: no such file" in capsys.readouterr().err
 
 
 def test_a_kv_capacity_smaller_than_a_prompt_is_refused(tmp_path):
     path = write_jsonl(tmp_path / "long.jsonl", [{"prompt": timestamped(0)}])
     with pytest.raises(AuditInputError, match=r"kv_tokens=500 cannot hold .*long.jsonl:1"):
-        audit(path, kv_tokens=500, confirm=0, progress=False)
+        audit(path, kv_tokens=500, progress=False)
 
 
 def test_every_prompt_token_is_cached_or_has_one_cause(timestamp_audit, tok):

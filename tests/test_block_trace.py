@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from lab import PROJECT_ROOT
-from lab.audit.block_trace import capacity_curve, cached_tokens, combine, hit_rate, is_block_trace, read_block_trace
+from lab.audit.block_trace import cached_tokens, capacity_curve, combine, hit_rate, is_block_trace, read_block_trace
 from lab.audit.prompts import AuditInputError
 from lab.core.block_hash import REPLAY_HASH, chain_hashes, full_blocks
 from lab.core.prefix_cache import PrefixCache

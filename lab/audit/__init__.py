@@ -2,11 +2,15 @@
 
     python -m lab.audit prompts.jsonl --replicas 4     # terminal summary; HTML + JSON report under runs/audit/
     result = audit("prompts.jsonl", replicas=4)        # the same from a notebook
+    result = audit("prompts.jsonl", AuditSettings(replicas=4, confirm=32))   # the engine confirms on 32 prompts
 
-prompts (reading), replay (hit rates), fields (what breaks sharing), projection (throughput and TTFT),
-fleet (routing and salts), core (`audit()` and its result), report (HTML, JSON, terminal), __main__.
+settings (every choice, declared once), prompts (reading), replay (hit rates), fields (what breaks sharing),
+projection (throughput and TTFT), fleet (routing and salts), core (`audit()`, section by section), result
+(`AuditResult`), report (HTML, JSON, terminal), __main__.
 """
 
-from lab.audit.core import AuditResult, audit
+from lab.audit.core import audit
+from lab.audit.result import AuditResult
+from lab.audit.settings import AuditSettings
 
-__all__ = ["AuditResult", "audit"]
+__all__ = ["AuditResult", "AuditSettings", "audit"]

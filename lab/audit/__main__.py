@@ -1,41 +1,79 @@
 """`python -m lab.audit PROMPTS.jsonl` (or `prefix-cache-audit PROMPTS.jsonl`): audit a prompts file from the terminal.
 
-See lab.audit.core for what it reports."""
+No engine starts unless asked (`--confirm N`). See lab.audit.core for what it reports; every default is
+lab.audit.settings.AuditSettings's."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from lab.audit.core import audit
-from lab.audit.prompts import DEFAULT_KV_TOKENS, AuditInputError
+from lab.audit.prompts import AuditInputError
 from lab.audit.report import terminal_summary, write_report
+from lab.audit.settings import AuditSettings, SettingsError
+
+DEFAULTS = AuditSettings()
+
+
+class _Deprecated(argparse.Action):
+    """An old flag's name: stores the value under the new one's and says so on stderr."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        new = "--" + self.dest.replace("_", "-")
+        print(f"warning: {option_string} is deprecated, use {new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def parser() -> argparse.ArgumentParser:
+    d = DEFAULTS
+    cli = argparse.ArgumentParser(prog="python -m lab.audit", description=__doc__.split("\n\n")[0])
+    cli.add_argument("prompts", help="JSONL (.jsonl, .jsonl.gz) or Parquet: one {\"prompt\": ...} or {\"messages\": "
+                     "[...], \"tools\": [...]} per line; with \"timestamp\" (ISO 8601 or epoch seconds) or "
+                     "\"arrival_s\", replayed in arrival order; optional \"tenant\" and \"cache_salt\"")
+    cli.add_argument("--model", default=d.model,
+                     help="local Hugging Face model directory for the tokenizer (default: the lab's)")
+    cli.add_argument("--kv-tokens", type=int, default=d.kv_tokens, help="KV cache capacity in tokens (%(default)s)")
+    cli.add_argument("--block-sizes", type=int, nargs="+", default=d.block_sizes,
+                     help="default: the sizes this back-end accepts")
+    cli.add_argument("--replicas", type=int, default=d.replicas, help="replicas of the simulated fleet (%(default)s)")
+    cli.add_argument("--confirm", type=int, default=d.confirm, metavar="N",
+                     help="run the first N prompts on the real engine, caching off and on (%(default)s: no engine "
+                     "starts); a cost model of the engine is fitted first if this model and back-end have none")
+    cli.add_argument("--output-tokens", type=int, default=d.output_tokens,
+                     help="answer length the projection assumes (%(default)s)")
+    cli.add_argument("--explained", type=int, default=d.explained, metavar="N",
+                     help="the first N requests (arrival order) whose misses are explained and routed on a simulated "
+                     "fleet (%(default)s; every request counts in the hit rates)")
+    cli.add_argument("--explain", type=int, dest="explained", action=_Deprecated, default=argparse.SUPPRESS,
+                     help=argparse.SUPPRESS)  # the old name of --explained
+    cli.add_argument("--field-sample", type=int, default=d.field_sample, metavar="N",
+                     help="the first N requests searched for fields that break sharing (%(default)s)")
+    cli.add_argument("--workers", type=int, default=d.workers,
+                     help="processes that read the log (%(default)s: the tokenizer's threads use every core; more "
+                     "processes pay on machines with more cores)")
+    cli.add_argument("--skip-bad", action="store_true", default=d.skip_bad,
+                     help="skip and count bad lines instead of stopping")
+    cli.add_argument("--out", help="report folder (default: runs/audit/)")
+    return cli
+
+
+def settings_from(args: argparse.Namespace) -> AuditSettings:
+    """The settings the parsed command line names (those it has no flag for keep their defaults)."""
+    given = vars(args)
+    return AuditSettings.build(**{f.name: given[f.name] for f in dataclasses.fields(AuditSettings) if f.name in given})
 
 
 def main(argv: list[str] | None = None) -> int:
-
-    parser = argparse.ArgumentParser(prog="python -m lab.audit", description=__doc__.split("\n\n")[0])
-    parser.add_argument("prompts", help="JSONL (.jsonl, .jsonl.gz) or Parquet: one {\"prompt\": ...} or {\"messages\": [...], "
-                        "\"tools\": [...]} per line; with \"timestamp\" (ISO 8601 or epoch seconds) or \"arrival_s\", "
-                        "replayed in arrival order; optional \"tenant\" and \"cache_salt\"")
-    parser.add_argument("--model", help="local Hugging Face model directory for the tokenizer (default: the lab's)")
-    parser.add_argument("--kv-tokens", type=int, default=DEFAULT_KV_TOKENS, help="KV cache capacity in tokens")
-    parser.add_argument("--block-sizes", type=int, nargs="+", help="default: the sizes this back-end accepts")
-    parser.add_argument("--replicas", type=int, default=4)
-    parser.add_argument("--confirm", type=int, default=32, help="prompts run on the real engine (0: none); with an "
-                        "engine, a cost model of it is fitted first if this model and back-end have none")
-    parser.add_argument("--output-tokens", type=int, default=8, help="answer length the projection assumes")
-    parser.add_argument("--explain", type=int, default=5_000, help="the first requests (arrival order) whose misses "
-                        "are explained and routed on a simulated fleet (every request counts in the hit rates)")
-    parser.add_argument("--workers", type=int, default=1, help="processes that read the log (default 1: the "
-                        "tokenizer's threads use every core; more processes pay on machines with more cores)")
-    parser.add_argument("--skip-bad", action="store_true", help="skip and count bad lines instead of stopping")
-    parser.add_argument("--out", help="report folder (default: runs/audit/)")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     try:
-        result = audit(args.prompts, model=args.model, kv_tokens=args.kv_tokens, block_sizes=args.block_sizes,
-                       replicas=args.replicas, confirm=args.confirm, output_tokens=args.output_tokens,
-                       fleet_sample=args.explain, skip_bad=args.skip_bad, workers=args.workers)
+        settings = settings_from(args)
+    except SettingsError as error:
+        print(f"error: --{error.name.replace('_', '-')}: {error}", file=sys.stderr)
+        return 2
+    try:
+        result = audit(args.prompts, settings)
     except (AuditInputError, ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -28,6 +28,7 @@ import psutil
 
 from lab.audit.core import audit
 from lab.audit.report import audit_dir
+from lab.audit.settings import AuditSettings
 from lab.experiments.results import environment, hardware_line, save_results
 
 TARGETS = {100_000: (60.0, 2.0), 1_000_000: (600.0, 2.0)}  # prompts: (seconds, peak GB), on 2 cores
@@ -101,7 +102,7 @@ def run(prompts: int, log: Path | None, kv_tokens: int, replicas: int, workers: 
                        check=True)
     start = time.perf_counter()
     with PeakMemory() as memory:
-        result = audit(log, confirm=0, kv_tokens=kv_tokens, replicas=replicas, workers=workers)
+        result = audit(log, AuditSettings(kv_tokens=kv_tokens, replicas=replicas, workers=workers))
     seconds, peak = time.perf_counter() - start, peak_rss_gib()
     stages = pd.DataFrame([{"stage": name, "seconds": s} for name, s in result.seconds.items()])
     env = environment(benchmark="audit", prompts=result.prompts, mean_prompt_tokens=round(result.prompt_tokens.mean, 1),
@@ -128,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.audit.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=100_000)
     parser.add_argument("--log", type=Path, help="audit this log instead of the generated one")
-    parser.add_argument("--kv-tokens", type=int, default=100_000)
-    parser.add_argument("--replicas", type=int, default=4)
+    parser.add_argument("--kv-tokens", type=int, default=AuditSettings().kv_tokens)
+    parser.add_argument("--replicas", type=int, default=AuditSettings().replicas)
     parser.add_argument("--workers", type=int, default=1, help="processes that read the log (default 1)")
     parser.add_argument("--write-log", type=Path, help="only write the generated log to this path")
     args = parser.parse_args(argv)

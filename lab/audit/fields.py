@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lab.audit.piece_tokens import TokenEncoder
 from lab.audit.prompts import encode
 from lab.audit.replay import replay_hit_rate
 
@@ -88,13 +89,20 @@ def move_line_to_end(text: str, label: str) -> str:
     return text
 
 
-def find_breaking_field(texts: Sequence[str], min_share: float = 0.2,
-                        moved: Sequence[str] = ()) -> tuple[str, str, list[str], list[str]] | None:
+@dataclass
+class BreakingLine:
+    """The line label where most prompts diverge: the kind of its values, up to three example values, and each
+    diverging prompt's text up to the divergence."""
+    label: str
+    kind: str
+    examples: list[str]
+    heads: list[str]
+
+
+def find_breaking_field(texts: Sequence[str], min_share: float = 0.2, moved: Sequence[str] = ()) -> BreakingLine | None:
     """The most common line label at which prompts diverge, among lines that are not already the prompt's
     last (a field at the end breaks nothing, nor one followed only by lines already `moved` there); None when
-    no label covers `min_share` of the prompts. Returns
-    the label, the kind of its values, up to three example values, and each diverging prompt's text up to
-    the divergence."""
+    no label covers `min_share` of the prompts."""
     found: Counter[str] = Counter()
     values: dict[str, list[str]] = {}
     where: dict[str, list[str]] = {}
@@ -111,8 +119,8 @@ def find_breaking_field(texts: Sequence[str], min_share: float = 0.2,
     label, count = found.most_common(1)[0]
     if count < min_share * len(texts):
         return None
-    examples = list(dict.fromkeys(values[label]))[:3]
-    return label, Counter(map(value_kind, values[label])).most_common(1)[0][0], examples, where[label]
+    kind = Counter(map(value_kind, values[label])).most_common(1)[0][0]
+    return BreakingLine(label, kind, list(dict.fromkeys(values[label]))[:3], where[label])
 
 
 @dataclass
@@ -130,7 +138,7 @@ def where_prompts_diverge(texts: Sequence[str], top: int = 3) -> Divergence:
     return Divergence(float(np.median([p / len(t) for t, p in zip(texts, points)])), labels.most_common(top))
 
 
-def breaking_fields(texts: Sequence[str], tokenizer, block_size: int, kv_tokens: int, max_fields: int = 3,
+def breaking_fields(texts: Sequence[str], encoder: TokenEncoder, block_size: int, kv_tokens: int, max_fields: int = 3,
                     min_gain: float = 0.01) -> list[Field]:
     """Find the line where prompts first diverge, move it to the end of every prompt, replay, and repeat up to
     `max_fields` times (a second field right behind the first hides the first one's gain until both have
@@ -138,16 +146,15 @@ def breaking_fields(texts: Sequence[str], tokenizer, block_size: int, kv_tokens:
     raised the hit rate by `min_gain` are dropped."""
     fields: list[Field] = []
     current = list(texts)
-    before = replay_hit_rate(encode(tokenizer, current), block_size, kv_tokens)
+    before = replay_hit_rate(encode(encoder, current), block_size, kv_tokens)
     for _ in range(max_fields):
         found = find_breaking_field(current, moved=[f.label for f in fields])
         if found is None:
             break
-        label, kind, examples, heads = found
-        current = [move_line_to_end(t, label) for t in current]
-        after = replay_hit_rate(encode(tokenizer, current), block_size, kv_tokens)
-        position = int(np.median([len(ids) for ids in tokenizer(heads[:50])["input_ids"]]))
-        fields.append(Field(label, kind, examples, len(heads), position, before, after))
+        current = [move_line_to_end(t, found.label) for t in current]
+        after = replay_hit_rate(encode(encoder, current), block_size, kv_tokens)
+        position = int(np.median([len(ids) for ids in encoder.tokenizer(found.heads[:50])["input_ids"]]))
+        fields.append(Field(found.label, found.kind, found.examples, len(found.heads), position, before, after))
         before = after
     while fields and fields[-1].hit_rate_after < max([fields[0].hit_rate_before] +
                                                      [f.hit_rate_after for f in fields[:-1]]) + min_gain:

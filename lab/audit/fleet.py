@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from lab.core.block_hash import kv_blocks
 from lab.experiments.fleet_sim import SIMULATED_ROUTER_POLICIES, CacheAwareKnobs, FleetSim, hash_requests, summarize_sim
 
 THRESHOLDS = (0.3, 0.5, 0.8)  # cache_aware --cache-threshold values tried
@@ -49,7 +50,8 @@ def fleet_policies(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | N
     rows, routes = [], {}
     for policy, threshold in tqdm(runs, desc="simulating policies", disable=not progress, leave=False):
         knobs = CacheAwareKnobs(cache_threshold=threshold) if threshold is not None else None
-        sim = FleetSim(replicas, policy, kv_blocks=kv_tokens // block_size, block_size=block_size, knobs=knobs)
+        sim = FleetSim(replicas, policy, kv_blocks=kv_blocks(kv_tokens, block_size), block_size=block_size,
+                       knobs=knobs)
         routed = sim.run(token_ids, concurrency=2 * replicas, keys=keys if policy == "consistent_hash" else None,
                          chains=chains)
         s = summarize_sim(routed, replicas)

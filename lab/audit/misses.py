@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from lab.checks import positive_int
-from lab.core.block_hash import chain_hashes, full_blocks, hittable_blocks
+from lab.core.block_hash import chain_hashes, full_blocks, hittable_blocks, kv_blocks
 from lab.core.prefix_cache import PrefixCache
 
 CAUSES: dict[str, str] = {
@@ -188,7 +188,7 @@ def attribute(token_ids: Sequence[Sequence[int]], *, block_size: int, kv_tokens:
             raise ValueError(f"{name} has {len(values)} entries for {len(token_ids)} prompts: give one per prompt")
     if replica_of is not None and any(not 0 <= r < replicas for r in replica_of):
         raise ValueError(f"replica_of must name replicas 0 .. {replicas - 1} (replicas={replicas})")
-    pools = [PrefixCache(num_blocks=max(kv_tokens // block_size, 1), block_size=block_size, hash_algo=hash_algo)
+    pools = [PrefixCache(num_blocks=kv_blocks(kv_tokens, block_size), block_size=block_size, hash_algo=hash_algo)
              for _ in range(replicas)]
     seen, rows, evicted = _Seen(replicas), [], set()
     for i, ids in enumerate(tqdm(token_ids, desc="attributing misses", disable=not progress, leave=False)):

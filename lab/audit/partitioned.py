@@ -21,6 +21,7 @@ import numpy as np
 from lab.audit.replay import replay_chains
 from lab.audit.trace import Trace
 from lab.checks import positive_int
+from lab.core.block_hash import kv_blocks
 from lab.experiments.fleet_sim import FleetSim
 
 
@@ -42,7 +43,7 @@ def fleet_replay(trace: Trace, replicas: int, block_size: int, kv_tokens: int, c
     for replica, hashes in zip(routes.tolist(), trace.chains(block_size)):
         streams[replica].append(hashes)
     lengths = [trace.lengths[routes == r].tolist() for r in range(replicas)]
-    num_blocks = max(kv_tokens // block_size, 1)
+    num_blocks = kv_blocks(kv_tokens, block_size)
     if client is None:
         results = [replay_chains(streams[r], lengths[r], block_size, num_blocks) for r in range(replicas)]
     else:

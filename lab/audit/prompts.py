@@ -16,9 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lab.audit.piece_tokens import PieceTokenizer
-
-DEFAULT_KV_TOKENS = 100_000  # set --kv-tokens to your engine's: vLLM logs "KV cache size: N tokens" at start
+from lab.audit.piece_tokens import TokenEncoder
 
 
 class AuditInputError(ValueError):
@@ -184,22 +182,22 @@ def tokenized_chunks(path: str | Path, tokenizer, *, skipped: list[str], max_mod
     path = Path(path)
     _check_file(path)
     limit = max_model_len or getattr(tokenizer, "model_max_length", None)
-    records, found = _good_records(path, tokenizer, skip_bad, skipped), 0
+    records, found, encoder = _good_records(path, tokenizer, skip_bad, skipped), 0, TokenEncoder(tokenizer)
     while batch := list(itertools.islice(records, chunk)):
         found += len(batch)
-        yield tokenize_batch(batch, tokenizer, path=path, limit=limit, skip_bad=skip_bad, skipped=skipped,
+        yield tokenize_batch(batch, encoder, path=path, limit=limit, skip_bad=skip_bad, skipped=skipped,
                              arrays=arrays)
     if not found:
         raise_nothing_to_audit(path, skipped)
 
 
-def tokenize_batch(batch: list[dict], tokenizer, *, path: str | Path, limit: int | None, skip_bad: bool,
+def tokenize_batch(batch: list[dict], encoder: TokenEncoder, *, path: str | Path, limit: int | None, skip_bad: bool,
                    skipped: list[str], arrays: bool = False) -> list[tuple[dict, list[int] | np.ndarray]]:
     """The good records of one batch (good_records) with their token ids; one longer than `limit` tokens is a bad
     record too."""
-    encode = token_arrays_of if arrays else token_ids_of
-    plain = iter(encode(tokenizer, [g["text"] for g in batch if not g["chat"]]))
-    chats = iter(encode(tokenizer, [g["text"] for g in batch if g["chat"]], add_special_tokens=False))
+    ids_of = encoder.arrays if arrays else encoder.ids
+    plain = iter(ids_of([g["text"] for g in batch if not g["chat"]]))
+    chats = iter(ids_of([g["text"] for g in batch if g["chat"]], add_special_tokens=False))
     kept = []
     for g in batch:
         ids = next(chats) if g["chat"] else next(plain)
@@ -246,44 +244,6 @@ def read_prompts(path: str | Path, tokenizer, *, max_model_len: int | None = Non
                    [g["arrival_s"] for g, _ in kept])
 
 
-def token_ids_of(tokenizer, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
-    """The token ids of each text, as `tokenizer(texts)["input_ids"]` gives them: a distinct line or sentence at a time
-    where that is exact (lab.audit.piece_tokens), else through the Rust tokenizer's batch call without offsets or attention
-    masks when there is one (several times faster on long prompts)."""
-    if not texts:
-        return []
-    pieces = _piece_tokenizer(tokenizer)
-    if pieces is not None:
-        return pieces.encode(texts, add_special_tokens=add_special_tokens)
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None and hasattr(backend, "encode_batch_fast"):
-        return [e.ids for e in backend.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)]
-    return tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"]
-
-
-def token_arrays_of(tokenizer, texts: Sequence[str], add_special_tokens: bool = True) -> list[np.ndarray]:
-    """`token_ids_of` as one int64 array per text, for callers that hold many."""
-    pieces = _piece_tokenizer(tokenizer)
-    if pieces is not None and texts:
-        return pieces.encode_arrays(texts, add_special_tokens=add_special_tokens)
-    return [np.asarray(ids, dtype=np.int64) for ids in token_ids_of(tokenizer, texts, add_special_tokens)]
-
-
-_PIECE_TOKENIZERS: dict[int, tuple[object, PieceTokenizer | None]] = {}
-
-
-def forget_pieces(tokenizer) -> None:
-    """Drop the piece memo of `tokenizer` (after reading a large log: up to a few hundred MB)."""
-    _PIECE_TOKENIZERS.pop(id(tokenizer), None)
-
-
-def _piece_tokenizer(tokenizer) -> PieceTokenizer | None:
-    """One piece tokenizer (and its memo) per tokenizer object."""
-    held = _PIECE_TOKENIZERS.get(id(tokenizer))
-    if held is None or held[0] is not tokenizer:
-        held = _PIECE_TOKENIZERS[id(tokenizer)] = (tokenizer, PieceTokenizer.for_tokenizer(tokenizer))
-    return held[1]
-
-
-def encode(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    return [ids for start in range(0, len(texts), 1000) for ids in token_ids_of(tokenizer, texts[start:start + 1000])]
+def encode(encoder: TokenEncoder, texts: Sequence[str]) -> list[list[int]]:
+    """The token ids of every text, a thousand texts at a time."""
+    return [ids for start in range(0, len(texts), 1000) for ids in encoder.ids(texts[start:start + 1000])]

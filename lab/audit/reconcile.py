@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from lab.audit.misses import Misses
+from lab.core.block_hash import kv_blocks
 from lab.serving.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
 
 FULL_HASHES = {"VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES": "0"}  # events carry whole hashes, as the lab computes them
@@ -159,7 +160,7 @@ def reconcile(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Sequ
     engine: dict[int, tuple[int, float, float]] = {}
     before_after = []
     with VLLMServer(model, block_size=misses.block_size, dev_endpoints=True,
-                    engine_args={"num_gpu_blocks_override": misses.kv_tokens // misses.block_size + 1,
+                    engine_args={"num_gpu_blocks_override": kv_blocks(misses.kv_tokens, misses.block_size) + 1,
                                  "max_model_len": max(map(len, token_ids)) + 1},  # vLLM wants room for one
                     extra_args=kv_events_args(publish_port, replay_port),
                     environment=FULL_HASHES | (server_environment or {})) as server:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from lab.audit.prompts import AuditInputError
-from lab.core.block_hash import REPLAY_HASH
+from lab.core.block_hash import REPLAY_HASH, blocks_needed, hittable_blocks, kv_blocks
 from lab.core.prefix_cache import PrefixCache
 from lab.core.radix_cache import RadixCache
 
@@ -18,7 +18,7 @@ def replay_hit_rate(token_ids: Sequence[Sequence[int]], block_size: int, kv_toke
                     salts: Sequence[str | None] | None = None) -> float:
     """Token hit rate of the prompts replayed one at a time, in order, through one `PrefixCache` holding
     `kv_tokens` tokens (least recently used blocks evicted first, as in vLLM)."""
-    cache = PrefixCache(num_blocks=max(kv_tokens // block_size, 1), block_size=block_size, hash_algo=REPLAY_HASH)
+    cache = PrefixCache(num_blocks=kv_blocks(kv_tokens, block_size), block_size=block_size, hash_algo=REPLAY_HASH)
     return sum(cache.replay(token_ids, salts)) / sum(map(len, token_ids))
 
 
@@ -52,7 +52,7 @@ def replay_chains(chains: Iterable[Sequence[int]], lengths: Iterable[int], block
     cached: dict[int, int | list[int]] = {}
     out = []
     for hashes, length in zip(chains, lengths):
-        hittable = min(len(hashes), (length - 1) // block_size)
+        hittable = min(len(hashes), hittable_blocks(length, block_size))
         table = []
         for h in hashes[:hittable]:
             block = cached.get(h)
@@ -62,7 +62,7 @@ def replay_chains(chains: Iterable[Sequence[int]], lengths: Iterable[int], block
         hits = len(table)
         for block in table:
             del queue[block]
-        for k in range(-(-length // block_size) - hits):
+        for k in range(blocks_needed(length, block_size) - hits):
             block = queue.popitem(last=False)[0]
             old = held[block]
             if old is not None:

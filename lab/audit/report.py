@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.express as px
 
-from lab.audit.core import AuditResult
+from lab.audit.result import AuditResult
 from lab.experiments.results import write_atomically
 from lab.paths import folder
 

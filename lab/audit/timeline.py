@@ -5,6 +5,7 @@ replica's KV capacity. A hit rate that falls while the working set rises past th
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -12,9 +13,24 @@ import pandas as pd
 from lab.core.block_hash import REPLAY_HASH, chain_hashes, full_blocks
 
 
-def window_of(arrivals: Sequence[float | None], windows: int) -> tuple[np.ndarray, np.ndarray, str]:
-    """Each request's window (0 .. windows - 1), the windows' start points, and their unit: equal spans of arrival
-    time in seconds from the first request when every request has a time, else equal numbers of requests."""
+@dataclass
+class Windows:
+    """Each request's window (0 .. windows - 1), the windows' start points, and their unit."""
+    window: np.ndarray
+    starts: np.ndarray
+    unit: str  # "seconds" of arrival time, or "requests"
+
+
+@dataclass
+class Timeline:
+    """The replay window by window (see `timeline`), and the windows' unit ("seconds" or "requests")."""
+    table: pd.DataFrame  # per window: start, requests, hit_rate, fleet_hit_rate, working_set_tokens, kv_tokens
+    unit: str
+
+
+def window_of(arrivals: Sequence[float | None], windows: int) -> Windows:
+    """Equal spans of arrival time in seconds from the first request when every request has a time, else equal
+    numbers of requests."""
     n = len(arrivals)
     windows = max(1, min(windows, n))
     if n and all(a is not None for a in arrivals):
@@ -22,9 +38,9 @@ def window_of(arrivals: Sequence[float | None], windows: int) -> tuple[np.ndarra
         span = float(times.max())
         if span > 0:
             edges = np.linspace(0.0, span, windows + 1)
-            return np.minimum((times / span * windows).astype(int), windows - 1), edges[:-1], "seconds"
+            return Windows(np.minimum((times / span * windows).astype(int), windows - 1), edges[:-1], "seconds")
     index = np.arange(n)
-    return index * windows // max(n, 1), np.arange(windows) * n / windows, "requests"
+    return Windows(index * windows // max(n, 1), np.arange(windows) * n / windows, "requests")
 
 
 def distinct_blocks(token_ids: Sequence[Sequence[int]], block_size: int) -> Callable[[np.ndarray], dict[int, int]]:
@@ -39,13 +55,13 @@ def distinct_blocks(token_ids: Sequence[Sequence[int]], block_size: int) -> Call
 
 def timeline(arrivals: Sequence[float | None], one_cache: pd.DataFrame, fleet: pd.DataFrame | None,
              blocks_touched: Callable[[np.ndarray], dict[int, int]], *, block_size: int, kv_tokens: int,
-             windows: int = 40) -> tuple[pd.DataFrame, str]:
+             windows: int = 40) -> Timeline:
     """Per window: requests, the token hit rate of one cache (`one_cache`: a row per request with prompt_tokens and
     cached_tokens), the fleet's (`fleet`: the same for the replicas, for the first len(fleet) requests: the windows
     after those have none), and the working set in tokens (`blocks_touched(window)`: distinct blocks per window, as
-    `distinct_blocks` or `Trace.block_hash_sets` count them) beside `kv_tokens`. Returns the table and the windows'
-    unit ("seconds" or "requests")."""
-    window, starts, unit = window_of(list(arrivals), windows)
+    `distinct_blocks` or `Trace.block_hash_sets` count them) beside `kv_tokens`."""
+    windowed = window_of(list(arrivals), windows)
+    window, starts = windowed.window, windowed.starts
     frame = pd.DataFrame({"window": window, "prompt_tokens": one_cache.prompt_tokens.to_numpy(),
                           "cached_tokens": one_cache.cached_tokens.to_numpy()})
     if fleet is not None:
@@ -60,4 +76,4 @@ def timeline(arrivals: Sequence[float | None], one_cache: pd.DataFrame, fleet: p
     touched = blocks_touched(window)
     table["working_set_tokens"] = [touched[w] * block_size for w in table.index]
     table["kv_tokens"] = kv_tokens
-    return table.reset_index(), unit
+    return Timeline(table.reset_index(), windowed.unit)

@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from lab.audit.block_arrays import NO_SALT, BlockArrays, content_hashes, flatten, salt_seeds
+from lab.audit.piece_tokens import TokenEncoder
 from lab.audit.prompts import (
     AuditInputError,
     Prompts,
     arrival_key,
-    forget_pieces,
     good_records,
     raise_nothing_to_audit,
     raw_records,
@@ -36,6 +36,7 @@ from lab.audit.prompts import (
 )
 from lab.audit.replay import replay_chains
 from lab.checks import positive_int
+from lab.core.block_hash import kv_blocks
 
 CHUNK = 2000  # requests tokenized and hashed at a time
 
@@ -85,7 +86,7 @@ class Trace:
 
         chains = tqdm(self.chains(block_size, salts), total=self.requests, desc=f"replaying blocks of {block_size}",
                       unit="requests", disable=not progress, leave=False)
-        return replay_chains(chains, self.lengths.tolist(), block_size, max(kv_tokens // block_size, 1))
+        return replay_chains(chains, self.lengths.tolist(), block_size, kv_blocks(kv_tokens, block_size))
 
     def block_hash_sets(self, block_size: int, window: np.ndarray) -> dict[int, int]:
         """For each window (`window[i]`: request i's, replay order), how many distinct blocks its requests hold
@@ -176,51 +177,65 @@ class _Chunk:
     found: int  # good records before the length check
 
 
-_READER: dict = {}  # a reading process's settings and tokenizer (its piece memo lives as long as the process)
+@dataclass
+class _Reader:
+    """Reads chunks of one log. Its token encoder is made on the first read, in the process that reads: its piece
+    memo lives as long as this reader (one reading, or one reading process's copy)."""
+    tokenizer: object
+    path: str
+    block_sizes: list[int]
+    skip_bad: bool
+    limit: int | None  # prompts longer than this are bad records
+    encoder: TokenEncoder | None = None
+
+    def read(self, records: list, keep_before: tuple[bool, float, int] | None) -> _Chunk:
+        """Parse, render, tokenize and hash one chunk of raw records (raw_records); keep the ids of requests whose
+        replay key comes before `keep_before` (None: all)."""
+        self.encoder = self.encoder or TokenEncoder(self.tokenizer)
+        skipped: list[str] = []
+        good = list(good_records(records, self.tokenizer, self.skip_bad, skipped))
+        kept = tokenize_batch(good, self.encoder, path=self.path, limit=self.limit, skip_bad=self.skip_bad,
+                              skipped=skipped, arrays=True)
+        tokens, lengths = flatten([ids for _, ids in kept])
+        blocks = {size: content_hashes(tokens, lengths, size) for size in self.block_sizes}
+        candidates = [(entry, ids.copy()) for entry, ids in kept  # a copy: a view would hold the whole chunk's ids
+                      if keep_before is None or arrival_key(entry["arrival_s"], entry["line"]) < keep_before]
+        entries = [{k: v for k, v in entry.items() if k != "text"} for entry, _ in kept]
+        return _Chunk(entries, lengths, blocks, candidates, skipped, len(good))
 
 
-def _start_reader(tokenizer, settings: dict) -> None:
+_process_reader: _Reader | None = None  # a reading process's own, set by the pool's initializer (never in the caller's)
+
+
+def _start_reader(reader: _Reader) -> None:
+    global _process_reader
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread per process (the processes are the parallelism),
-    _READER.update(settings, tokenizer=tokenizer)   # and no warning about a fork after the parent's threads
+    _process_reader = reader                         # and no warning about a fork after the parent's threads
 
 
-def _read_chunk(records: list, keep_before: tuple[bool, float, int] | None, reader: dict | None = None) -> _Chunk:
-    """Parse, render, tokenize and hash one chunk of raw records (raw_records) with `reader`'s tokenizer and
-    settings (None: this reading process's); keep the ids of requests whose replay key comes before `keep_before`
-    (None: all)."""
-    reader = reader or _READER
-    tokenizer, skip_bad, skipped = reader["tokenizer"], reader["skip_bad"], []
-    good = list(good_records(records, tokenizer, skip_bad, skipped))
-    kept = tokenize_batch(good, tokenizer, path=reader["path"], limit=reader["limit"], skip_bad=skip_bad,
-                          skipped=skipped, arrays=True)
-    tokens, lengths = flatten([ids for _, ids in kept])
-    blocks = {size: content_hashes(tokens, lengths, size) for size in reader["block_sizes"]}
-    candidates = [(entry, ids.copy()) for entry, ids in kept  # a copy: a view would hold the whole chunk's ids
-                  if keep_before is None or arrival_key(entry["arrival_s"], entry["line"]) < keep_before]
-    entries = [{k: v for k, v in entry.items() if k != "text"} for entry, _ in kept]
-    return _Chunk(entries, lengths, blocks, candidates, skipped, len(good))
+def _read_in_process(records: list, keep_before: tuple[bool, float, int] | None) -> _Chunk:
+    return _process_reader.read(records, keep_before)
 
 
-def _chunks(path: Path, tokenizer, settings: dict, workers: int, keep_before) -> Iterator[_Chunk]:
-    """Every chunk of the log read, in file order: in this process, or spread over `workers` processes (each
-    with its own tokenizer and piece memo) with a few chunks in flight."""
+def _chunks(path: Path, reader: _Reader, workers: int, keep_before) -> Iterator[_Chunk]:
+    """Every chunk of the log read, in file order: by `reader` in this process, or spread over `workers` processes
+    (each with its own copy of `reader`, so its own piece memo) with a few chunks in flight."""
     records = raw_records(path)
     batches = iter(lambda: list(itertools.islice(records, CHUNK)), [])
     if workers == 1:
-        reader = settings | {"tokenizer": tokenizer}
         for batch in batches:
-            yield _read_chunk(batch, keep_before(), reader)
+            yield reader.read(batch, keep_before())
         return
     # fork where there is one: it needs no `if __name__ == "__main__"` in the caller's script, and starts at once
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_reader,
-                             initargs=(tokenizer, settings)) as pool:
-        pending = deque(pool.submit(_read_chunk, batch, keep_before())
+                             initargs=(reader,)) as pool:
+        pending = deque(pool.submit(_read_in_process, batch, keep_before())
                         for batch in itertools.islice(batches, 2 * workers))
         while pending:
             chunk = pending.popleft().result()
             for batch in itertools.islice(batches, 1):
-                pending.append(pool.submit(_read_chunk, batch, keep_before()))
+                pending.append(pool.submit(_read_in_process, batch, keep_before()))
             yield chunk
 
 
@@ -238,8 +253,8 @@ def read_trace(path: str | Path, tokenizer, *, block_sizes: Sequence[int], sampl
     positive_int("sample", sample, "the requests whose token ids the explanations read, e.g. 5000")
     positive_int("workers", workers, "processes that read the log, e.g. 1 (the default) or the number of cores")
     path = Path(path)
-    settings = {"path": str(path), "block_sizes": list(block_sizes), "skip_bad": skip_bad,
-                "limit": max_model_len or getattr(tokenizer, "model_max_length", None)}
+    reader = _Reader(tokenizer, str(path), list(block_sizes), skip_bad,
+                     max_model_len or getattr(tokenizer, "model_max_length", None))
     skipped: list[str] = []
     blocks = {size: BlockArrays(size) for size in block_sizes}
     first, requests, found = _FirstArrivals(sample), _Requests(), 0
@@ -247,7 +262,7 @@ def read_trace(path: str | Path, tokenizer, *, block_sizes: Sequence[int], sampl
     collecting = gc.isenabled()
     gc.disable()  # nothing here makes a cycle, and full collections over a growing heap cost minutes at scale
     try:
-        for chunk in _chunks(path, tokenizer, settings, workers, first.last_kept):
+        for chunk in _chunks(path, reader, workers, first.last_kept):
             skipped += chunk.skipped
             found += chunk.found
             for size, (content, counts) in chunk.blocks.items():
@@ -259,7 +274,6 @@ def read_trace(path: str | Path, tokenizer, *, block_sizes: Sequence[int], sampl
             bar.update(len(chunk.entries))
     finally:
         bar.close()
-        forget_pieces(tokenizer)  # the reading's memo, when it read in this process
         if collecting:
             gc.enable()
     if not found:

@@ -84,6 +84,12 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
 
 
+def kv_blocks(kv_tokens: int, block_size: int) -> int:
+    """The blocks a KV cache of `kv_tokens` tokens holds: whole blocks only, and at least one (a capacity below
+    one block still gets a block, so a replay of it runs and says how little it keeps)."""
+    return max(kv_tokens // block_size, 1)
+
+
 def hittable_blocks(num_tokens: int, block_size: int) -> int:
     """The full blocks a request of `num_tokens` tokens can take from the cache. Its last prompt token is always
     computed (its logits give the first output token), so a block that holds it is computed too: vLLM V1's

@@ -28,6 +28,7 @@ from lab.core.block_hash import (  # noqa: F401
     full_blocks,
     hash_function,
     hittable_blocks,
+    kv_blocks,
     none_hash,
 )
 
