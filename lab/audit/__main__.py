@@ -1,5 +1,8 @@
 """`python -m lab.audit PROMPTS.jsonl` (or `prefix-cache-audit PROMPTS.jsonl`): audit a prompts file from the terminal.
 
+A block-hash trace (Mooncake's or Bailian's format: `hash_ids` per line, no text) is recognised and audited for
+what applies without text (lab.audit.trace_audit).
+
 No engine starts unless asked (`--confirm N`). See lab.audit.core for what it reports; every default is
 lab.audit.settings.AuditSettings's."""
 
@@ -9,6 +12,7 @@ import argparse
 import dataclasses
 import sys
 
+from lab.audit.block_trace import is_block_trace
 from lab.audit.core import audit
 from lab.audit.prompts import AuditInputError
 from lab.audit.report import terminal_summary, write_report
@@ -73,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --{error.name.replace('_', '-')}: {error}", file=sys.stderr)
         return 2
     try:
+        if is_block_trace(args.prompts):
+            return _trace(args.prompts, settings, args.out)
         result = audit(args.prompts, settings)
     except (AuditInputError, ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -80,6 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     print(terminal_summary(result))
     for written in write_report(result, args.out):
         print(f"wrote {written}")
+    return 0
+
+
+def _trace(path: str, settings: AuditSettings, out: str | None) -> int:
+    from lab.audit import trace_audit
+
+    result = trace_audit.audit_trace(path, settings)
+    print(trace_audit.summary(result))
+    print(f"wrote {trace_audit.write(result, out)}")
     return 0
 
 
