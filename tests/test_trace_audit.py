@@ -57,3 +57,15 @@ def test_a_bad_trace_line_is_an_error_not_a_traceback(tmp_path, capsys):
     bad.write_text(json.dumps({"timestamp": 0, "input_length": 2000, "output_length": 1, "hash_ids": [1]}) + "\n")
     assert main([str(bad)]) == 2
     assert "bad.jsonl:1: 1 hash_ids for input_length 2000" in capsys.readouterr().err
+
+
+def test_the_scaled_trace_has_more_conversations_of_the_same_shape(tmp_path):
+    from lab.audit.block_trace import read_block_trace
+    from lab.audit.trace_bench import write_scaled
+
+    path = tmp_path / "scaled.jsonl.gz"
+    write_scaled(path, 24_100)
+    scaled, original = read_block_trace(path), read_block_trace(CONVERSATION)
+    assert len(scaled) == 24_100 and scaled.arrival_s[-1] <= original.arrival_s[-1] + 1
+    assert scaled.total_blocks > 2 * original.total_blocks, "copies share no block"
+    assert sorted(scaled.input_tokens[:1000].tolist()) != [] and set(scaled.input_tokens) <= set(original.input_tokens)

@@ -18,6 +18,7 @@ import gzip
 import json
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -48,10 +49,14 @@ class BlockTrace:
     def __len__(self) -> int:
         return len(self.chains)
 
-    @property
+    @cached_property
     def total_blocks(self) -> int:
         """Distinct full blocks in the trace: a pool this large never evicts."""
         return len(np.unique(np.concatenate(self.chains))) if len(self) else 0
+
+    @cached_property
+    def longest_request_blocks(self) -> int:
+        return int(np.max(-(-self.input_tokens // self.block_tokens)))
 
 
 def _open(path: Path):
@@ -91,16 +96,17 @@ def _check_record(record: object, line: int, where: str, block_tokens: int) -> N
 
 
 def read_block_trace(path: str | Path, block_tokens: int | None = None, limit: int | None = None) -> BlockTrace:
-    """Read a Mooncake or Bailian trace (format told by its keys), check every line, sort by arrival.
-    `block_tokens` overrides the format's block size; `limit` keeps the first requests of the file."""
+    """Read a Mooncake or Bailian trace (format told by its keys), check every line, sort by arrival. Each line is
+    kept compactly (its full blocks' ids as an array), so a million requests fit in a few hundred MB. `block_tokens`
+    overrides the format's block size; `limit` keeps the first requests of the file."""
     path = Path(path)
     if not path.is_file():
         raise AuditInputError(f"{path}: no such file; pass a block-hash trace (JSON lines with hash_ids), "
                               "e.g. data/traces/mooncake_conversation_trace.jsonl.gz")
-    records, spec = [], None
+    rows, chains, conversations, spec = [], [], [], None
     with _open(path) as f:
         for line, text in enumerate(f, start=1):
-            if limit is not None and len(records) >= limit:
+            if limit is not None and len(rows) >= limit:
                 break
             if not text.strip():
                 continue
@@ -109,26 +115,28 @@ def read_block_trace(path: str | Path, block_tokens: int | None = None, limit: i
             except json.JSONDecodeError as error:
                 raise AuditInputError(f"{path}:{line}: not JSON ({error.msg})") from None
             spec = spec or (BAILIAN if isinstance(record, dict) and "chat_id" in record else MOONCAKE)
-            _check_record(record, line, str(path), block_tokens or spec["block_tokens"])
-            records.append(record)
-    if not records:
+            size = block_tokens or spec["block_tokens"]
+            _check_record(record, line, str(path), size)
+            rows.append((record["timestamp"], record["input_length"], record["output_length"]))
+            chains.append(np.asarray(record["hash_ids"][: record["input_length"] // size], dtype=np.int64))
+            if spec is BAILIAN:
+                conversations.append(tuple(record.get(k) for k in BAILIAN_KEYS))
+    if not rows:
         raise AuditInputError(f"{path}: no requests in the file")
-    return _build(records, str(path), spec, block_tokens or spec["block_tokens"])
+    return _build(rows, chains, conversations, str(path), spec, block_tokens or spec["block_tokens"])
 
 
-def _build(records: list[dict], source: str, spec: dict, block_tokens: int) -> BlockTrace:
-    order = np.argsort([r["timestamp"] for r in records], kind="stable")
-    ordered = [records[i] for i in order]
-    lengths = np.array([r["input_length"] for r in ordered], dtype=np.int64)
-    chains = tuple(np.asarray(r["hash_ids"][: r["input_length"] // block_tokens], dtype=np.int64) for r in ordered)
-    conversations = None
-    if spec["format"] == "bailian":
-        conversations = pd.DataFrame([{k: r.get(k) for k in BAILIAN_KEYS} for r in ordered])
-    start = ordered[0]["timestamp"]
+def _build(rows: list[tuple], chains: list[np.ndarray], conversations: list[tuple], source: str, spec: dict,
+           block_tokens: int) -> BlockTrace:
+    table = np.asarray(rows, dtype=np.float64)
+    order = np.argsort(table[:, 0], kind="stable")
+    table = table[order]
     return BlockTrace(source=source, format=spec["format"], block_tokens=block_tokens,
-                      arrival_s=np.array([(r["timestamp"] - start) * spec["seconds_per_tick"] for r in ordered]),
-                      input_tokens=lengths, output_tokens=np.array([r["output_length"] for r in ordered]),
-                      chains=chains, conversations=conversations)
+                      arrival_s=(table[:, 0] - table[0, 0]) * spec["seconds_per_tick"],
+                      input_tokens=table[:, 1].astype(np.int64), output_tokens=table[:, 2].astype(np.int64),
+                      chains=tuple(chains[i] for i in order),
+                      conversations=pd.DataFrame([conversations[i] for i in order], columns=list(BAILIAN_KEYS))
+                      if conversations else None)
 
 
 def combine(*traces: BlockTrace) -> BlockTrace:
@@ -151,13 +159,15 @@ def combine(*traces: BlockTrace) -> BlockTrace:
 def pool_blocks(trace: BlockTrace, kv_tokens: int | None) -> int:
     """The blocks a pool of `kv_tokens` tokens holds for this trace (None: one that never evicts). A pool smaller
     than the longest request is raised to fit it, since an engine could not admit that request at all."""
-    longest = int(np.max(-(-trace.input_tokens // trace.block_tokens)))
+    longest = trace.longest_request_blocks
     if kv_tokens is None:
         return trace.total_blocks + longest
     if kv_tokens < trace.block_tokens:
         raise ValueError(f"kv_tokens={kv_tokens} holds no {trace.block_tokens}-token block; give at least "
                          f"{trace.block_tokens}")
-    return min(max(kv_tokens // trace.block_tokens, longest), trace.total_blocks + longest)
+    blocks = max(kv_tokens // trace.block_tokens, longest)
+    every_block = int((trace.input_tokens // trace.block_tokens).sum())  # at least the distinct ones: cheap to count
+    return blocks if blocks <= every_block else min(blocks, trace.total_blocks + longest)
 
 
 def cached_tokens(trace: BlockTrace, kv_tokens: int | None) -> np.ndarray:

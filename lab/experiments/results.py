@@ -30,10 +30,26 @@ def results_dir() -> Path:
     return folder("results")
 
 
+def code_version() -> str | None:
+    """The lab's commit, `+changes` when the working tree differs from it; None outside a git checkout."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short=12", "HEAD")
+        return f"{commit}{'+changes' if git('status', '--porcelain', '--untracked-files=no') else ''}" or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def environment(**details: Any) -> dict[str, Any]:
-    """Hardware and versions for a results file; `details` adds run settings (block size, preset, ...)."""
+    """Hardware, versions and the lab's commit for a results file; `details` adds run settings (block size, ...)."""
     run = {"run": current_run()} if current_run() else {}  # profile and run: set by lab.tools.runner
-    return hardware() | {"profile": os.environ.get("LAB_PROFILE", "interactive"), **run, **details}
+    return hardware() | {"code": code_version(), "profile": os.environ.get("LAB_PROFILE", "interactive"), **run,
+                         **details}
 
 
 def hardware_line(env: dict[str, Any]) -> str:
