@@ -81,6 +81,8 @@ def bench_args(server: VLLMServer, *, dataset: str, dataset_path: Path | None, n
                  "--skip-chat-template"]
     elif dataset == "prefix_repetition":
         args += ["--prefix-repetition-output-len", str(output_tokens)]
+    elif dataset == "timed_trace":  # a block-hash trace: its own lengths and arrival times (lab.audit.trace_engine)
+        args += ["--dataset-path", str(dataset_path)]
     return args + list(extra_args)
 
 
@@ -92,9 +94,9 @@ def bench_serve(server: VLLMServer, *, request_rate: float, num_prompts: int, ou
     A request that failed raises, unless `allow_failures` (then the row counts them in `failed`)."""
     check_rate(request_rate)
     positive_int("num_prompts", num_prompts)
-    if dataset not in ("custom", "prefix_repetition"):
-        raise ValueError(f"dataset={dataset!r}: use 'custom' (a lab workload, see export_custom_dataset) "
-                         "or 'prefix_repetition' (vLLM's synthetic shared prefixes)")
+    if dataset not in ("custom", "prefix_repetition", "timed_trace"):
+        raise ValueError(f"dataset={dataset!r}: use 'custom' (a lab workload, see export_custom_dataset), "
+                         "'prefix_repetition' (vLLM's synthetic shared prefixes) or 'timed_trace' (a block-hash trace)")
     if not server.healthy():
         raise RuntimeError(f"the server at {server.url} is not up; start it first (`with VLLMServer(...) as server:`)")
     if dataset == "custom":
