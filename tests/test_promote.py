@@ -6,7 +6,7 @@ import base64
 import nbformat
 import plotly.graph_objects as go
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook, new_output
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
 
 from lab.experiments.plots import find_chrome, save_figure
 from lab.tools import promote
@@ -40,7 +40,9 @@ def test_a_committed_figure_is_replaced_only_by_its_notebooks_finished_run(tmp_p
     assert (committed / "06_b-y.png").read_bytes() == b"old", "a quick run's figure never replaces the canonical one"
 
 
-def test_an_executed_notebook_becomes_readable_on_a_code_host(tmp_path, monkeypatch):
+def test_an_executed_notebook_becomes_a_readers_edition(tmp_path, monkeypatch):
+    """A banner that names the run and says how a learner's run differs; figures as PNG; no widget (a frozen
+    progress bar), no stderr; the exercises and their grading cells left out."""
     monkeypatch.setattr(promote, "_plotly_png", lambda figure: base64.b64encode(b"png").decode())
     cell = new_code_cell("x")
     cell.outputs = [
@@ -50,13 +52,16 @@ def test_an_executed_notebook_becomes_readable_on_a_code_host(tmp_path, monkeypa
         new_output("display_data", data={promote.WIDGET_TYPES[0]: {"model_id": "m"}, "text/plain": "50%|##"}),
         new_output("display_data", data={promote.WIDGET_TYPES[0]: {"model_id": "n"}}),
     ]
-    nb = new_notebook(cells=[cell], metadata={"widgets": {"state": "large"}})
+    exercises = [new_markdown_cell("## Exercises"), new_raw_cell("# BEGIN QUESTION"), new_code_cell("answer = 1  # SOLUTION")]
+    nb = new_notebook(cells=[cell, *exercises], metadata={"widgets": {"state": "large"},
+                                                          "lab": {"run": "05-full-1", "profile": "full", "ok": True}})
     nbformat.write(nb, tmp_path / "run.ipynb")
     lesson = nbformat.read(promote.readable_lesson(tmp_path / "run.ipynb", tmp_path / "lesson.ipynb"), as_version=4)
-    outputs = lesson.cells[0].outputs
     assert "widgets" not in lesson.metadata
-    assert [o.get("text") or sorted(o["data"]) for o in outputs] == [
-        "all checks passed", ["image/png", "text/plain"], ["text/plain"]]
+    assert [c.cell_type for c in lesson.cells] == ["markdown", "code"], "the banner, the lesson, no exercises"
+    assert "run `05-full-1`" in lesson.cells[0].source and "quick profile" in lesson.cells[0].source
+    assert [o.get("text") or sorted(o["data"]) for o in lesson.cells[1].outputs] == [
+        "all checks passed", ["image/png", "text/plain"]]
 
 
 def test_prose_is_brought_up_to_the_source_only_where_the_code_is_the_one_that_ran(tmp_path):
@@ -88,6 +93,7 @@ def test_a_one_line_code_fix_marks_the_executed_copy_and_a_fresh_run_clears_it(t
 
     ran = nbformat.read(next(promote.LESSONS_DIR.glob("05_*.ipynb")), as_version=4)
     ran.cells = [c for c in ran.cells if c.id != stale.NOTICE_ID]  # the lesson as it ran
+    ran.metadata["lab"].pop("stale", None)
     executed, source = tmp_path / "lesson.ipynb", tmp_path / "source.ipynb"
     nbformat.write(ran, executed)
     nb = nbformat.read(executed, as_version=4)

@@ -30,7 +30,7 @@ from lab.experiments.plots import COMMITTED_FIGURES_DIR, figures_dir
 from lab.experiments.provenance import png_text
 from lab.experiments.results import CANONICAL_DIR, promote, results_dir
 from lab.tools.runner import NOTEBOOKS_DIR, RUNS_DIR
-from lab.tools.stale import LESSONS_DIR, mark
+from lab.tools.stale import BANNER_ID, LESSONS_DIR, lesson_cells, mark
 
 WIDGET_TYPES = ("application/vnd.jupyter.widget-view+json", "application/vnd.jupyter.widget-state+json")
 PLOTLY_TYPE = "application/vnd.plotly.v1+json"
@@ -54,7 +54,8 @@ def _plotly_png(figure_json: dict) -> str:
 
 
 def readable_output(output: dict) -> dict | None:
-    """One output as a code host shows it: no widget state, a plotly figure as a PNG, no stderr logs."""
+    """One output as a code host shows it: a plotly figure as a PNG; no widget (a progress bar's frozen text, a
+    slider that cannot move), no stderr logs."""
     if output.get("output_type") == "stream":
         return output if output.get("name") == "stdout" else None
     data = output.get("data")
@@ -63,16 +64,34 @@ def readable_output(output: dict) -> dict | None:
     if PLOTLY_TYPE in data:
         output["data"] = {"image/png": _plotly_png(data[PLOTLY_TYPE]), "text/plain": "<plotly figure>"}
         return output
-    for kind in WIDGET_TYPES:
-        data.pop(kind, None)
+    if any(kind in data for kind in WIDGET_TYPES):
+        return None
     if "<script" in data.get("text/html", ""):
         data.pop("text/html")
     return output if data else None
 
 
+def banner(nb, name: str) -> nbformat.NotebookNode:
+    """The reader's edition's first cell: which run this is, and how a learner's own run differs."""
+    from lab.serving.backend import hardware
+
+    meta, machine = nb.metadata.get("lab", {}), hardware()
+    cell = nbformat.v4.new_markdown_cell(
+        f"> **Reader's edition.** Lesson `{name}` as it ran in run `{meta.get('run', 'unknown')}`: the "
+        f"`{meta.get('profile', 'full')}` profile of `notebooks/profiles.yaml`, on {machine['device']} with "
+        f"{machine['vllm']}. Every number below was printed by that run. Your own run (`make lab`) starts from the "
+        "quick profile's smaller parameters, so its numbers differ, and the verdicts it prints follow its own numbers. "
+        "The exercises are left out here: `make lab` gives you them, `make workshop` their solutions.")
+    cell["id"] = BANNER_ID
+    return cell
+
+
 def readable_lesson(executed: Path, target: Path) -> Path:
+    """The executed notebook as a reader's edition: the banner, the lesson's cells with readable outputs, and
+    neither the exercises nor their grading scaffolding."""
     nb = nbformat.read(executed, as_version=4)
     nb.metadata.pop("widgets", None)
+    nb.cells = [banner(nb, executed.stem), *lesson_cells(nb)]
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = [out for out in (readable_output(o) for o in cell.outputs) if out is not None]
@@ -85,8 +104,9 @@ def stale_prose(lesson: Path, source: Path) -> dict[str, str] | None:
     """The markdown of `source` that the executed `lesson` lacks (cell id -> source's text), if every code cell is
     the one that ran; None when the code differs (the lesson needs a new run)."""
     executed, current = nbformat.read(lesson, as_version=4), nbformat.read(source, as_version=4)
-    ran = [c.source for c in executed.cells if c.cell_type == "code" and "injected-parameters" not in c.metadata.get("tags", [])]
-    if ran != [c.source for c in current.cells if c.cell_type == "code"]:
+    ran = [c.source for c in lesson_cells(executed) if c.cell_type == "code"
+           and "injected-parameters" not in c.metadata.get("tags", [])]
+    if ran != [c.source for c in lesson_cells(current) if c.cell_type == "code"]:
         return None
     wanted = {c.get("id"): c.source for c in current.cells if c.cell_type == "markdown"}
     return {c.get("id"): wanted[c.get("id")] for c in executed.cells

@@ -23,6 +23,7 @@ from lab.tools.runner import NOTEBOOKS_DIR
 
 LESSONS_DIR = PROJECT_ROOT / "docs" / "lessons"  # the executed copies a code host shows
 NOTICE_ID = "stale-notice"  # the notice's cell id: found and replaced, never stacked
+BANNER_ID = "reader-banner"  # the reader's edition's first cell (lab.tools.promote)
 DIFF_LINES = 12  # lines of diff shown per changed cell; the rest is summarised
 
 
@@ -35,10 +36,20 @@ class CellChange:
     diff: str
 
 
+def lesson_cells(nb) -> list:
+    """The lesson's own cells: those before its exercises (a reader's edition leaves the exercises out)."""
+    cells = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and cell.source.startswith("## Exercises"):
+            break
+        cells.append(cell)
+    return cells
+
+
 def _code_cells(nb) -> list[tuple[int, str, str]]:
-    """(position, id, source) of each code cell, without the parameters papermill injected."""
+    """(position, id, source) of each code cell of the lesson, without the parameters papermill injected."""
     return [(i, c.get("id", ""), c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"
-            and "injected-parameters" not in c.metadata.get("tags", []) and c.get("id") != NOTICE_ID]
+            and "injected-parameters" not in c.metadata.get("tags", []) and c in lesson_cells(nb)]
 
 
 def _diff(old: str, new: str) -> str:
