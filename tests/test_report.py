@@ -214,8 +214,9 @@ def test_the_capacity_section_comes_from_the_capacity_results(results):
     save_results(capacity_frame([custom]).reset_index(), "17_capacity-capacity", env)
     save_results(pd.DataFrame({"dataset": ["custom"] * 4, "caching": ["off", "off", "on", "on"],
                                "request_rate": [4, 16] * 2, "p99_ttft_ms": [200, 900, 100, 250]}), "17_capacity-sweep", env)
-    save_results(pd.DataFrame({"pair": [0, 0], "caching": ["off", "on"], "ratio": [0.99] * 2, "low": [0.95] * 2,
-                               "high": [1.03] * 2}), "16_gain_vs_hit_rate-zero_hit", env)
+    save_results(pd.DataFrame({"pair": [0, 0, 1, 1], "caching": ["off", "on", "on", "off"],
+                               "requests_per_s": [10.0, 10.3, 9.5, 10.0], "ratio": [0.99] * 4, "low": [0.95] * 4,
+                               "high": [1.03] * 4}), "16_gain_vs_hit_rate-zero_hit", env)
     capacity = results_context()["capacity"]
     assert (capacity["implied_low"], capacity["implied_high"]) == (0.46, 0.66)
     assert (capacity["zero_ratio"], capacity["zero_low"], capacity["zero_high"]) == (0.99, 0.95, 1.03)
@@ -224,6 +225,8 @@ def test_the_capacity_section_comes_from_the_capacity_results(results):
     assert row(cap, "custom") == ["300", "4-16", ">= 16", "4.00x", "0.7", "3.33"], "met at 4, missed at 16; on never missed"
     assert "../figures/16_gain_vs_hit_rate-gain_vs_hit_rate.png" in results_section()
     assert "What the article's gain implies** (`16`)" in summary_section(), "the lesson of the implied hit rate's file"
+    assert "the pairs' ratios 0.950-1.030 against no change 1.000: the repeats lie on both sides" in results_section(), \
+        "the zero-hit verdict is the pairs' own: one above one, one below, so the run cannot tell"
 
 
 def test_a_capacity_column_is_renamed_in_one_place(results, monkeypatch):
@@ -237,8 +240,8 @@ def test_a_capacity_column_is_renamed_in_one_place(results, monkeypatch):
     save_results(pd.DataFrame({"shared_fraction": [0.0], "hit_rate": [0.0], "bound": [1.0], "throughput_gain": [1.0],
                                "ttft_change": [0.0]}), "16_gain_vs_hit_rate-gain", env)
     save_results(pd.DataFrame({"model": ["measured here"], "x": [0.5]}), "16_gain_vs_hit_rate-implied_hit_rate", env)
-    save_results(pd.DataFrame({"pair": [0], "caching": ["off"], "ratio": [1.0], "low": [0.9], "high": [1.1]}),
-                 "16_gain_vs_hit_rate-zero_hit", env)
+    save_results(pd.DataFrame({"pair": [0, 0], "caching": ["off", "on"], "requests_per_s": [10.0, 10.0], "ratio": [1.0] * 2,
+                               "low": [0.9] * 2, "high": [1.1] * 2}), "16_gain_vs_hit_rate-zero_hit", env)
     table = capacity_frame([capacity_row("custom", unloaded_off_ms=100.0, unloaded_on_ms=50.0, target_ms=300.0,
                                          off=4.0, on=16.0, hit_rate=0.7)]).reset_index()
     assert "capacity without caching (req/s)" in table.columns and "capacity off (req/s)" not in table.columns

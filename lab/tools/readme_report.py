@@ -29,6 +29,7 @@ from lab.experiments.results import hardware_line, load_latest, write_atomically
 from lab.tools.report_contexts import (
     audit_context,
     capacity_context,
+    gain_verdict,
     in_words,
     lesson,
     lesson_number,
@@ -131,6 +132,7 @@ def results_context() -> dict:
             "online_table": markdown_table(comparison_table(online, with_article=False)),
             "gain": rows.loc["requests_per_s", "cache on"] / rows.loc["requests_per_s", "cache off"],
             "hit_rate": hit_rate, "bound": amdahl_bound(hit_rate),
+            **dict(zip(("gain_verdict", "gain_verdict_run"), gain_verdict())),
             "article_gain": 1 + article.change_percent("requests_per_s") / 100,
             "online": online_context(online, online_meta["environment"], offline),
             "sweep_run_id": sweep_meta["run_id"], "block_sizes": recommend_block_size(sweep).to_dict(),

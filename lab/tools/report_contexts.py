@@ -73,6 +73,28 @@ def _capacity_range(sweep: pd.DataFrame, row: pd.Series, caching: str) -> str:
     return f"{number(met)}-{number(missed.iloc[0])}" if met else f"< {number(missed.iloc[0])}"
 
 
+def zero_hit_verdict(runs: pd.DataFrame):
+    """On / off at zero hits judged on every pair (lab.experiments.verdict): below one, above, or cannot tell."""
+    from lab.experiments.verdict import Spread, against_bound
+
+    paired = runs.pivot(index="pair", columns="caching", values="requests_per_s")
+    return against_bound(Spread("on / off", tuple(paired["on"] / paired["off"])), 1.0,
+                         quantity="the pairs' ratios", bound_name="no change", digits=3)
+
+
+def gain_verdict():
+    """05's gain against 1/(1-h) judged on its alternating pairs (`05_cache_on_vs_off-gain_pairs`), with its run
+    id; (None, None) for a run that predates them."""
+    from lab.experiments.verdict import Spread, against_bound
+
+    pairs, meta = _latest_or_none("05_cache_on_vs_off-gain_pairs")
+    if pairs is None:
+        return None, None
+    verdict = against_bound(Spread("gain", tuple(pairs.throughput_gain)), float(pairs.bound.iloc[0]),
+                            quantity=f"throughput gain over {len(pairs)} pairs (x)", bound_name="the bound 1 / (1 - h)")
+    return str(verdict), meta["run_id"]
+
+
 def capacity_context() -> dict | None:
     """The latest `16_gain_vs_hit_rate` and `17_capacity` runs (None until both have run)."""
     gain, meta = _latest_or_none("16_gain_vs_hit_rate-gain")
@@ -82,7 +104,8 @@ def capacity_context() -> dict | None:
     implied, implied_meta = load_latest("16_gain_vs_hit_rate-implied_hit_rate")
     implied = implied.drop(columns="model").to_numpy()
     sweep = load_latest("17_capacity-sweep")[0]
-    zero = load_latest("16_gain_vs_hit_rate-zero_hit")[0].iloc[0]
+    zero_runs = load_latest("16_gain_vs_hit_rate-zero_hit")[0]
+    zero = zero_runs.iloc[0]
     curve = pd.DataFrame({"shared fraction": gain.shared_fraction, "token hit rate h": gain.hit_rate,
                           "bound 1/(1-h)": gain.bound, "throughput gain": gain.throughput_gain,
                           "mean TTFT change": [f"{v:+.0%}" for v in gain.ttft_change]})
@@ -108,6 +131,7 @@ def capacity_context() -> dict | None:
             "article_ttft_change": article.change_percent("mean_ttft_ms"),
             "searched": c.SEARCHED_RATIO in cap.columns,
             "zero_ratio": zero.ratio, "zero_low": zero.low, "zero_high": zero.high,
+            "zero_verdict": str(zero_hit_verdict(zero_runs)),
             "zero_spread": spread_name(int(meta["environment"]["zero_hit_pairs"])),
             "zero_added_us": zero.get("added_us"), "zero_added_share": zero.get("added_share")}
 
