@@ -13,7 +13,7 @@ MODELS := models/tiny-seed0/config.json models/smollm2/config.json
 export PATH := $(abspath $(BIN)):$(PATH)
 export BROWSER_PATH ?= $(shell command -v chromium || command -v chromium-browser || command -v google-chrome)
 
-.PHONY: setup lock run promote test test-fast lint lab workshop model clean
+.PHONY: setup lock run promote test test-fast durations lint lab workshop model clean book
 
 setup: $(STAMP) $(MODELS)
 
@@ -64,18 +64,40 @@ promote: setup
 	$(BIN)/python -m lab.tools.promote
 
 # Everything (ruff; unit, parity, notebooks via nbval, browser, workshop), two test files at a time (one per
-# core), with line coverage of lab/ in the pytest processes. `make test-fast`: what needs no engine or server.
-# --no-loadscope-reorder keeps the order conftest.py gives the files (longest first): xdist would otherwise hand
-# out files with the most tests first, and the browser tests (few, long) started last, one worker idle meanwhile.
+# core), with line coverage of lab/ in the pytest processes. A bare `pytest` runs tests/ only (pyproject.toml).
+# --no-loadscope-reorder keeps the order conftest.py gives the files (longest first, by tests/durations.json): xdist
+# would otherwise hand out files with the most tests first, and the browser tests (few, long) started last, one
+# worker idle meanwhile.
 PYTEST_PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 # line coverage of lab/ before the suite work, measured the same way (the pytest processes; kernels not counted)
 COVERAGE_MIN ?= 90
+PYTEST_ALL = tests notebooks $(PYTEST_PARALLEL) --cov=lab --cov-report=term --cov-fail-under=$(COVERAGE_MIN)
 
-test: setup lint
-	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --cov=lab --cov-report=term --cov-fail-under=$(COVERAGE_MIN)
+test: setup lint $(BOOK_STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ALL)
 
-test-fast: setup lint
-	$(BIN)/python -m pytest -m "not engine" -n 2
+# `make test` that also writes each file's seconds into tests/durations.json: commit it, and later runs start the
+# longest files first
+durations: setup lint
+	$(BIN)/python -m pytest $(PYTEST_ALL) --store-durations
+
+# What needs no engine, server, browser or built model (tests/conftest.py), less the few slow tests (`slow` in
+# pyproject.toml): the installed packages only, not `setup`. PYTEST_ARGS passes more, e.g. `make test-fast
+# PYTEST_ARGS=--lf` runs again only what failed last time.
+test-fast: $(STAMP) lint
+	$(BIN)/python -m pytest tests -m "not engine and not slow" -n 2 $(PYTEST_ARGS)
+
+# The reader's edition as a static site (lab.tools.book), built offline from docs/lessons/ into site/: MkDocs and
+# its theme in an environment of their own, from requirements-book.txt (the test suite opens the site in Chromium)
+BOOK_VENV := .venv-book
+BOOK_STAMP := $(BOOK_VENV)/.installed
+$(BOOK_STAMP): requirements-book.txt
+	@test -x $(BOOK_VENV)/bin/python || $(PYTHON) -m venv $(BOOK_VENV)
+	$(BOOK_VENV)/bin/pip install --quiet -r requirements-book.txt
+	@touch $@
+
+book: $(STAMP) $(BOOK_STAMP)
+	$(BIN)/python -m lab.tools.book --out site
 
 lint: $(STAMP)
 	@# the linter needs the packages, not the models
@@ -96,3 +118,14 @@ clean:
 	rm -rf runs models data/results workshop
 	rm -f data/workloads/*.jsonl data/workloads/*.manifest.json
 	git clean -qfX figures
+
+# The course's container image (Containerfile; WORKSHOP.md, "Setting up the room before the day"): Docker if it is
+# installed, else Podman (CONTAINER=podman to choose). IMAGE_ARGS passes build arguments, e.g.
+# IMAGE_ARGS="--platform linux/arm64" or "--build-arg TORCH_INDEX=" (docs/TESTING.md: the build on these machines).
+CONTAINER ?= $(shell command -v docker || command -v podman)
+IMAGE ?= prefix-cache-lab
+IMAGE_ARGS ?=
+.PHONY: image
+image:
+	@test -n "$(CONTAINER)" || { echo "neither docker nor podman is installed: WORKSHOP.md says how to get one"; exit 1; }
+	$(CONTAINER) build -t $(IMAGE) -f Containerfile $(IMAGE_ARGS) .

@@ -1,8 +1,12 @@
 """For the whole project (tests/ and the notebooks nbval runs): keep test runs from writing into the project's
-figures/, data/results/ and runs/audit/, which hold the outputs of `make run`; and what nbval collects."""
+figures/, data/results/ and runs/audit/, which hold the outputs of `make run`; what nbval collects; and the order the
+files run in (the longest first, by tests/durations.json)."""
 
+import json
 import os
 import tempfile
+from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -39,21 +43,15 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
-# The longest files first (seconds each in `make test` on 2 cores, 2026-12-02): the two xdist workers take files in
-# this order (the Makefile's --no-loadscope-reorder keeps it), so a long file started last cannot leave one worker
-# running alone at the end (the browser tests did, for over 2 min).
-LONGEST_FIRST = ("notebooks/18_model_size.ipynb",  # 267 s with 16 prompts; 8 since
-                 "tests/test_browser.py",  # 135
-                 "notebooks/11_routing.ipynb",  # 118
-                 "notebooks/17_capacity.ipynb",  # 95
-                 "notebooks/05_cache_on_vs_off.ipynb", "notebooks/04_block_size_sweep.ipynb",  # 89, 84
-                 "tests/test_smollm2_vllm.py", "notebooks/03_ttft_breakdown.ipynb",  # 83, 82
-                 "notebooks/13_replica_failure.ipynb", "notebooks/14_why_it_missed.ipynb",  # 69, 66
-                 "notebooks/16_gain_vs_hit_rate.ipynb", "notebooks/09_serving_and_metrics.ipynb",  # 64, 63
-                 "tests/test_server.py", "notebooks/08_eviction.ipynb", "notebooks/06_prompt_design.ipynb",  # 62, 62, 60
-                 "notebooks/10_timing_side_channel.ipynb", "notebooks/20_your_workload.ipynb",  # 57, 57
-                 "notebooks/07_cache_warmup.ipynb", "notebooks/12_fleet_simulator.ipynb",  # 56, 54
-                 "tests/test_workshop.py", "tests/test_packaged_model.py", "tests/test_parity_vllm.py")  # 52, 41, 38
+# The longest files first: the two xdist workers take files in this order (the Makefile's --no-loadscope-reorder keeps
+# it), so a long file started last cannot leave one worker running alone at the end (the browser tests did, for
+# over 2 min). The seconds are measured: tests/durations.json holds each file's, as `make durations` (or any pytest
+# run with --store-durations) last wrote them. A file it does not name runs after those it names.
+DURATIONS = Path(__file__).parent / "tests" / "durations.json"
+
+
+def read_durations() -> dict[str, float]:
+    return json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -61,5 +59,39 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.engine)
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.relative_to(config.rootpath).as_posix(), len(rank)))
+    seconds = read_durations()
+    items.sort(key=lambda item: -seconds.get(item.path.relative_to(config.rootpath).as_posix(), -1))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--store-durations", action="store_true",
+                     help="write each test file's seconds (its tests' setup, call and teardown summed) into "
+                          "tests/durations.json at the end, for later runs to start the longest files first")
+
+
+def pytest_configure(config):
+    if config.getoption("--store-durations") and not hasattr(config, "workerinput"):  # xdist's controller, or alone
+        config.pluginmanager.register(StoreDurations(config.rootpath), "store-durations")
+
+
+class StoreDurations:
+    """--store-durations: each file's seconds, summed from its tests' reports (with xdist, the controller receives
+    every worker's). At the end the files this run measured replace their entries, the others stay while the file
+    exists; written to a temporary file beside tests/durations.json and renamed over it."""
+
+    def __init__(self, rootpath: Path):
+        self.rootpath = rootpath
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+
+    def pytest_runtest_logreport(self, report):
+        self.seconds[report.nodeid.split("::")[0]] += report.duration
+
+    def pytest_sessionfinish(self):
+        if not self.seconds:
+            return
+        measured = read_durations() | {name: round(s, 1) for name, s in self.seconds.items()}
+        kept = {name: s for name, s in measured.items() if (self.rootpath / name).is_file()}
+        longest_first = dict(sorted(kept.items(), key=lambda item: (-item[1], item[0])))
+        with tempfile.NamedTemporaryFile("w", dir=DURATIONS.parent, suffix=".tmp", delete=False) as f:
+            f.write(json.dumps(longest_first, indent=1) + "\n")
+        os.replace(f.name, DURATIONS)

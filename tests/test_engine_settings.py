@@ -61,6 +61,7 @@ def test_bad_input_is_rejected_before_anything_is_rendered(tmp_path):
         engine_settings(None, max_model_len=-1)
 
 
+@pytest.mark.slow
 def test_importing_the_lab_changes_nothing_in_the_process():
     code = ("import os, warnings, numpy, pandas, plotly, torch, transformers, papermill  # their own filters\n"
             "before = dict(os.environ), list(warnings.filters)\n"
@@ -70,6 +71,7 @@ def test_importing_the_lab_changes_nothing_in_the_process():
     assert out.stdout.split() == ["True", "True"], out.stdout + out.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first", ["import vllm", "import lab.experiments.workloads"])
 def test_setup_configures_vllm_whatever_the_import_order(first):
     """vLLM reads these variables when an engine starts: after `lab.setup()`, whichever of vllm and lab came

@@ -107,12 +107,12 @@ SMOLLM2_TOLERANCE = 5e-4  # 30 layers of fp32 in two orders of summation; the di
 
 
 @pytest.fixture(scope="module")
-def smollm2():
+def smollm2(smollm2_model):
     from transformers import LlamaForCausalLM
 
     from lab.core.model import chat_token_ids, tokenizer_for
 
-    path = ensure_model("smollm2")
+    path = smollm2_model
     tokenizer = tokenizer_for(path)
     system = "You answer questions about geography in one sentence. " * 8
     prompts = [chat_token_ids(tokenizer, [{"role": "system", "content": system}, {"role": "user", "content": q}])

@@ -15,10 +15,11 @@ SPEC = PACKAGED["smollm2"]
 
 
 @pytest.fixture(scope="module")
-def built():
-    return ensure_model("smollm2")
+def built(smollm2_model):
+    return smollm2_model
 
 
+@pytest.mark.slow
 def test_building_again_gives_the_same_bytes(built, tmp_path):
     again = build_model(tmp_path / "again", preset="smollm2")
     names = sorted(p.name for p in built.iterdir())

@@ -1,7 +1,6 @@
 """lab.audit.partitioned: the fleet's replay cut into one stream per replica, run as tasks on a local Dask cluster
 of two worker processes, equals the same replay in one process, and each stream equals the PrefixCache replay."""
 
-import json
 import os
 
 import numpy as np
@@ -15,12 +14,10 @@ from lab.core.prefix_cache import PrefixCache
 
 
 @pytest.fixture(scope="module")
-def log(tmp_path_factory):
-    path = tmp_path_factory.mktemp("fleet") / "log.jsonl"
+def log(tmp_path_factory, write_jsonl):
     lines = [{"prompt": f"Tenant {i % 5} rules: " + f"rule {i % 5} applies. " * 60 + f"Question {i}?",
               "tenant": f"t{i % 5}"} for i in range(90)]
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return path
+    return write_jsonl(tmp_path_factory.mktemp("fleet") / "log.jsonl", lines)
 
 
 def test_a_tenant_always_lands_on_one_replica():
@@ -38,6 +35,7 @@ def test_each_replicas_stream_is_the_prefix_cache_replay_of_its_requests(log):
         assert cached[routes == replica].tolist() == pool.replay(mine)
 
 
+@pytest.mark.slow
 def test_the_replay_on_a_local_dask_cluster_equals_the_one_in_process(log):
     from dask import distributed  # requirements-dev.txt installs it (not the runtime: the audit runs without it)
 

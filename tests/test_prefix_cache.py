@@ -59,6 +59,7 @@ def hashes_in_a_fresh_process(**env) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_every_algorithm_gives_the_same_hashes_in_every_process():
     """Hashes are a function of the tokens alone (no per-process seed), so results files and replicas agree."""
     fresh = hashes_in_a_fresh_process()

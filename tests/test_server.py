@@ -28,7 +28,7 @@ def process_group_alive(pgid: int) -> bool:
 
 
 @pytest.mark.engine
-def test_serves_streams_reports_cached_tokens_and_stops_cleanly():
+def test_serves_streams_reports_cached_tokens_and_stops_cleanly(write_jsonl):
     # no caching flag at all: the server caches prefixes by vLLM's own default
     with VLLMServer(block_size=32, enable_prefix_caching=None) as server:
         assert not any("prefix-caching" in arg for arg in server.command())
@@ -56,13 +56,13 @@ def test_serves_streams_reports_cached_tokens_and_stops_cleanly():
             sum(r.cached_tokens for r in results), "usage and /metrics agree"
         hits = [row["vllm:prefix_cache_hits_total"] for row in scrapes]
         assert hits == sorted(hits)
-        assert_the_audit_renders_a_chat_as_the_server_does(server, client)
+        assert_the_audit_renders_a_chat_as_the_server_does(server, client, write_jsonl)
         pgid = server.process.pid
     assert server.process.poll() is not None
     assert not port_open(server.port) and not process_group_alive(pgid), "nothing outlives the server"
 
 
-def assert_the_audit_renders_a_chat_as_the_server_does(server, client, model: str | None = None) -> None:
+def assert_the_audit_renders_a_chat_as_the_server_does(server, client, write_jsonl, model: str | None = None) -> None:
     """The audit caches what the server caches only if it renders a log's `messages` as the server does: the same
     messages through the server's chat endpoint give the same prompt tokens as the audit's reading of them."""
     import tempfile
@@ -75,8 +75,7 @@ def assert_the_audit_renders_a_chat_as_the_server_does(server, client, model: st
               {"role": "user", "content": "Can I return a book?"},
               {"role": "assistant", "content": "Yes, within thirty days."},
               {"role": "user", "content": "And an e-book?"}]]
-    log = Path(tempfile.mkdtemp()) / "chats.jsonl"
-    log.write_text("".join(json.dumps({"messages": m}) + "\n" for m in chats))
+    log = write_jsonl(Path(tempfile.mkdtemp()) / "chats.jsonl", [{"messages": m} for m in chats])
     audited = read_prompts(log, load_tokenizer(model), progress=False)
     for messages, ids in zip(chats, audited.token_ids):
         reply = client.chat.completions.create(model=server.model_name, messages=messages, max_tokens=1)
@@ -84,12 +83,12 @@ def assert_the_audit_renders_a_chat_as_the_server_does(server, client, model: st
 
 
 @pytest.mark.engine
-def test_the_audit_renders_smollm2_chats_as_its_server_does():
+def test_the_audit_renders_smollm2_chats_as_its_server_does(write_jsonl):
     """The real model's template (SmolLM2's ChatML, which adds its own system prompt to a chat that has none): the
     audit counts the prompt tokens the server does, with and without a system message."""
     smollm2 = str(ensure_model("smollm2"))
     with VLLMServer(smollm2, block_size=32, engine_args={"max_model_len": 2048}) as server:
-        assert_the_audit_renders_a_chat_as_the_server_does(server, server.client(), model=smollm2)
+        assert_the_audit_renders_a_chat_as_the_server_does(server, server.client(), write_jsonl, model=smollm2)
 
 
 @pytest.mark.engine

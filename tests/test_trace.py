@@ -1,8 +1,6 @@
 """lab.audit.trace and lab.audit.block_arrays: a log read once into block hash arrays, replayed exactly as the lab's
 PrefixCache (vLLM V1's block pool) replays the token ids, with the log's records, order and errors."""
 
-import gzip
-import json
 import random
 
 import numpy as np
@@ -11,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lab.audit.block_arrays import chain, content_hashes, flatten, salt_seeds
-from lab.audit.prompts import AuditInputError, load_tokenizer, read_prompts
+from lab.audit.prompts import AuditInputError, read_prompts
 from lab.audit.replay import replay_chains
 from lab.audit.trace import read_trace
 from lab.core.block_hash import REPLAY_HASH
@@ -67,11 +65,6 @@ def test_equal_blocks_hash_equal_only_behind_the_same_prefix_and_salt():
     assert chains_of([a + [0, 0]], 4) == [[a1, a2]], "only full blocks are hashed"
 
 
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer(None)
-
-
 def log_lines(n, seed=0):
     rng = random.Random(seed)
     systems = [f"System {k}: you answer questions about product {k}. " * 12 for k in range(3)]
@@ -79,9 +72,8 @@ def log_lines(n, seed=0):
              "timestamp": 1_764_579_600 + rng.randrange(1000)} for i in range(n)]
 
 
-def test_a_trace_reads_the_records_read_prompts_reads_in_the_same_order(tmp_path, tok):
-    path = tmp_path / "log.jsonl"
-    path.write_text("".join(json.dumps(line) + "\n" for line in log_lines(50)) + "not json\n")
+def test_a_trace_reads_the_records_read_prompts_reads_in_the_same_order(tmp_path, tok, write_jsonl):
+    path = write_jsonl(tmp_path / "log.jsonl", [*log_lines(50), "not json"])
     with pytest.raises(AuditInputError, match=r"log.jsonl:51: not JSON"):
         read_trace(path, tok, block_sizes=[32], sample=10, progress=False)
     prompts = read_prompts(path, tok, skip_bad=True, progress=False)
@@ -93,9 +85,8 @@ def test_a_trace_reads_the_records_read_prompts_reads_in_the_same_order(tmp_path
 
 
 @pytest.mark.parametrize("kv_tokens", [1_000, 100_000])
-def test_a_trace_replays_as_the_prefix_cache_replays_its_token_ids(tmp_path, tok, kv_tokens):
-    path = tmp_path / "log.jsonl"
-    path.write_text("".join(json.dumps(line) + "\n" for line in log_lines(120, seed=1)))
+def test_a_trace_replays_as_the_prefix_cache_replays_its_token_ids(tmp_path, tok, write_jsonl, kv_tokens):
+    path = write_jsonl(tmp_path / "log.jsonl", log_lines(120, seed=1))
     prompts = read_prompts(path, tok, progress=False)
     trace = read_trace(path, tok, block_sizes=[32], sample=5, progress=False)
     for salts in (None, prompts.tenants):
@@ -105,33 +96,29 @@ def test_a_trace_replays_as_the_prefix_cache_replays_its_token_ids(tmp_path, tok
         trace.replay(64, kv_tokens)
 
 
-def test_a_sample_size_that_is_not_a_count_is_named(tmp_path, tok):
-    path = tmp_path / "log.jsonl"
-    path.write_text(json.dumps({"prompt": "hello"}) + "\n")
+def test_a_sample_size_that_is_not_a_count_is_named(tmp_path, tok, write_jsonl):
+    path = write_jsonl(tmp_path / "log.jsonl", [{"prompt": "hello"}])
     with pytest.raises(ValueError, match="sample"):
         read_trace(path, tok, block_sizes=[32], sample=0, progress=False)
 
 
-def test_the_working_set_per_window_counts_the_blocks_the_token_ids_hold(tmp_path, tok):
+def test_the_working_set_per_window_counts_the_blocks_the_token_ids_hold(tmp_path, tok, write_jsonl):
     from lab.audit.timeline import distinct_blocks
 
-    path = tmp_path / "log.jsonl"
-    path.write_text("".join(json.dumps(line) + "\n" for line in log_lines(80, seed=2)))
+    path = write_jsonl(tmp_path / "log.jsonl", log_lines(80, seed=2))
     prompts = read_prompts(path, tok, progress=False)
     trace = read_trace(path, tok, block_sizes=[32], sample=5, progress=False)
     window = np.arange(80) * 5 // 80
     assert trace.block_hash_sets(32, window) == distinct_blocks(prompts.token_ids, 32)(window)
 
 
-def test_reading_in_two_processes_gives_the_trace_one_process_gives(tmp_path, tok, monkeypatch):
+def test_reading_in_two_processes_gives_the_trace_one_process_gives(tmp_path, tok, write_jsonl, monkeypatch):
     import lab.audit.trace as trace_module
 
     monkeypatch.setattr(trace_module, "CHUNK", 16)  # several chunks, so that both processes read and the sample
-    path = tmp_path / "log.jsonl.gz"                # is chosen across chunks
-    lines = log_lines(150, seed=3)
+    lines = log_lines(150, seed=3)                  # is chosen across chunks
     lines[40] = {"prompt": ""}  # a bad record, skipped in either
-    with gzip.open(path, "wt") as f:
-        f.write("".join(json.dumps(line) + "\n" for line in lines))
+    path = write_jsonl(tmp_path / "log.jsonl.gz", lines)
     one, two = (read_trace(path, tok, block_sizes=[32, 64], sample=20, skip_bad=True, progress=False, workers=n)
                 for n in (1, 2))
     for name in ("lengths", "lines", "order"):

@@ -107,11 +107,10 @@ def test_bad_names_and_counts_are_named():
         generate_workload("chat", 0)
 
 
-def test_a_saved_file_is_read_back_while_its_fingerprint_matches(workloads_dir):
+def test_a_saved_file_is_read_back_while_its_fingerprint_matches(workloads_dir, write_jsonl):
     load_workload("chat", 2)
     jsonl = workloads_dir / "chat-n2-seed0.jsonl"
-    marked = [json.loads(line) | {"marked": True} for line in jsonl.read_text().splitlines()]
-    jsonl.write_text("".join(json.dumps(r) + "\n" for r in marked))
+    write_jsonl(jsonl, [json.loads(line) | {"marked": True} for line in jsonl.read_text().splitlines()])
     assert all(r.get("marked") for r in load_workload("chat", 2).records), "the file, not a regeneration"
 
 

@@ -66,6 +66,7 @@ def test_a_wrong_type_gets_the_hint(handouts, tmp_path):
     assert "Give a whole number of tokens" in text and "All test cases passed" not in text
 
 
+@pytest.mark.slow
 def test_the_course_copies_hold_no_solution_and_keep_a_learners_edits(tmp_path):
     """`make lab` opens course/: the lessons with each answer cell emptied and no grading scaffolding; a lesson
     that changed is copied again unless the learner edited the copy."""

@@ -51,12 +51,18 @@ def model_dir(preset: str = "tiny", seed: int = 0) -> Path:
     return MODELS_DIR / (preset if preset in PACKAGED else f"{preset}-seed{seed}")
 
 
+def built_model(preset: str = "tiny", seed: int = 0) -> Path | None:
+    """The lab model under `models/` if it is built there, else None (nothing is built or fetched)."""
+    target = model_dir(preset, seed)
+    return target if (target / "config.json").is_file() and (target / "model.safetensors").is_file() else None
+
+
 def ensure_model(preset: str = "tiny", seed: int = 0) -> Path:
     """Return the lab model under `models/`, building it first if it is not there yet."""
     _check_preset(preset)
+    if built := built_model(preset, seed):
+        return built
     target = model_dir(preset, seed)
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
-        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     # Build beside the target and rename, so a crash never leaves a half-written model behind.
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))

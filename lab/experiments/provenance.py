@@ -9,11 +9,9 @@ provenance, and every PNG figure carries it in its own text chunks, so a figure 
 from __future__ import annotations
 
 import os
-import struct
-import zlib
 from pathlib import Path
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+from PIL import Image, PngImagePlugin, UnidentifiedImageError
 
 
 def current_run() -> str | None:
@@ -21,33 +19,28 @@ def current_run() -> str | None:
     return os.environ.get("LAB_RUN_ID") or None
 
 
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-
 def stamp_png(path: Path, **fields: str) -> None:
-    """Add tEXt chunks (lab:run, lab:profile, and `fields` as lab:NAME) right after the PNG's header chunk."""
-    data = path.read_bytes()
-    if not data.startswith(PNG_SIGNATURE):
-        raise ValueError(f"{path} is not a PNG file")
-    header_end = len(PNG_SIGNATURE) + 8 + struct.unpack(">I", data[8:12])[0] + 4
+    """Write text chunks lab:run, lab:profile and lab:NAME for each of `fields` into the PNG at `path`, beside the
+    text it holds already. Pillow writes the image again (the pixels are the same), to a temporary file renamed
+    over the old one."""
+    path = Path(path)
     text = {"run": current_run() or "interactive", "profile": os.environ.get("LAB_PROFILE", "interactive"), **fields}
-    chunks = b"".join(_chunk(b"tEXt", f"lab:{key}".encode() + b"\0" + str(value).encode("latin-1"))
-                      for key, value in text.items())
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data[:header_end] + chunks + data[header_end:])
+    try:
+        image = Image.open(path)
+    except UnidentifiedImageError:
+        raise ValueError(f"{path} is not a PNG file") from None
+    with image:
+        if image.format != "PNG":
+            raise ValueError(f"{path} is not a PNG file")
+        info = PngImagePlugin.PngInfo()
+        for key, value in (image.text | {f"lab:{key}": str(value) for key, value in text.items()}).items():
+            info.add_text(key, value)
+        tmp = path.with_name(f".{path.name}.tmp")
+        image.save(tmp, format="PNG", pnginfo=info)
     os.replace(tmp, path)
 
 
 def png_text(path: Path) -> dict[str, str]:
-    """The tEXt chunks of a PNG file, keyword -> text."""
-    data, pos, found = Path(path).read_bytes(), len(PNG_SIGNATURE), {}
-    while pos + 8 <= len(data):
-        length, kind = struct.unpack(">I", data[pos:pos + 4])[0], data[pos + 4:pos + 8]
-        if kind == b"tEXt":
-            key, _, value = data[pos + 8:pos + 8 + length].partition(b"\0")
-            found[key.decode("latin-1")] = value.decode("latin-1")
-        if kind == b"IEND":
-            break
-        pos += 12 + length
-    return found
+    """The text chunks of a PNG file, keyword -> text."""
+    with Image.open(path) as image:
+        return dict(image.text)
