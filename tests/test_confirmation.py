@@ -64,7 +64,7 @@ def test_the_report_verdict_says_it_in_so_many_words():
 
     def result(c: Confirmation):
         return SimpleNamespace(hit_rate_by_block_size={16: 0.8}, recommended_block_size=16, prompts=48,
-                               kv_tokens=100_000, projection=c.projected, confirmation=c, fields=[],
+                               kv_tokens=100_000, projection=c.projected, confirmation=c, fields=[], breakers=None,
                                what_ifs=pd.DataFrame(columns=["change", "hit_rate", "gain_points", "cause"]))
 
     wide = "\n".join(verdict(result(confirmation((3.30, 5.10, 11.86)))))

@@ -5,8 +5,9 @@
     result = audit("prompts.jsonl", AuditSettings(replicas=4, confirm=32))   # the engine confirms on 32 prompts
 
 settings (every choice, declared once), prompts (reading), replay (hit rates), fields (what breaks sharing),
-projection (throughput and TTFT), fleet (routing and salts), core (`audit()`, section by section), result
-(`AuditResult`), report (HTML, JSON, terminal), __main__.
+breakers (the prefix-breakers real applications have, each fix measured by replay), projection (throughput and
+TTFT), fleet (routing and salts), core (`audit()`, section by section), result (`AuditResult`), report (HTML, JSON,
+terminal), __main__; block_trace, trace_audit, trace_fleet, trace_engine, trace_bench (block-hash traces, no text).
 """
 
 from lab.audit.core import audit

@@ -53,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
     cli.add_argument("--explain", type=int, dest="explained", action=_Deprecated, default=argparse.SUPPRESS,
                      help=argparse.SUPPRESS)  # the old name of --explained
     cli.add_argument("--field-sample", type=int, default=d.field_sample, metavar="N",
-                     help="the first N requests searched for fields that break sharing (%(default)s)")
+                     help="the first N requests searched for fields and other prefix-breakers (%(default)s)")
     cli.add_argument("--workers", type=int, default=d.workers,
                      help="processes that read the log (%(default)s: the tokenizer's threads use every core; more "
                      "processes pay on machines with more cores)")

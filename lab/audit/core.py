@@ -15,6 +15,10 @@ cause (lab.audit.misses); the TTFT and throughput change is the engine's cost mo
 (lab.experiments.cost_model) applied to each request's cached tokens, and a short run on the real engine confirms
 it on a sample when asked (`confirm`: off unless set; only then does an engine start).
 
+The prefix-breakers (lab.audit.breakers: passages in score order, tools in varying order, a field in front, a
+history rewritten or cut, whitespace) are found in the first requests and each fix is measured by replaying the
+rewritten requests through the same template and pool.
+
 Each section takes the trace and the settings (and the block size chosen) and returns a small dataclass;
 `audit()` runs them in turn and gathers them into an `AuditResult`.
 """
@@ -29,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lab.audit.breakers import Breakers, breakers_in
 from lab.audit.fields import Divergence, Field, breaking_fields, move_line_to_end, where_prompts_diverge
 from lab.audit.fleet import FleetAdvice, SaltCost, fleet_policies
 from lab.audit.misses import Misses, attribute
@@ -128,6 +133,7 @@ class Projections:
     confirmation: Confirmation | None
     cost_model_run: str  # the results run of the cost model projected with
     cost_model_fitted_on: str
+    cost_model: object | None = None  # lab.experiments.cost_model.CostModel, None without one
 
 
 def _projections(trace: Trace, settings: AuditSettings, misses: Misses, sharing: Sharing, encoder: TokenEncoder,
@@ -141,7 +147,7 @@ def _projections(trace: Trace, settings: AuditSettings, misses: Misses, sharing:
         confirmation = confirm_on_engine(trace.sample.token_ids, settings.model, block_size, settings.confirm,
                                          max_tokens=settings.output_tokens)
         confirmation.projected = _project_first(cost_model, misses, confirmation.prompts, settings.output_tokens)
-    return Projections(projection, moved, confirmation, fit["run_id"], fit["environment"]["device"])
+    return Projections(projection, moved, confirmation, fit["run_id"], fit["environment"]["device"], cost_model)
 
 
 def _project_first(cost_model, misses: Misses, prompts: int, output_tokens: int) -> Projection:
@@ -160,6 +166,16 @@ def _after_moving(sharing: Sharing, encoder: TokenEncoder, block_size: int, kv_t
     ids = encode(encoder, texts)
     pool = PrefixCache(num_blocks=kv_blocks(kv_tokens, block_size), block_size=block_size, hash_algo=REPLAY_HASH)
     return project(cost_model, list(map(len, ids)), pool.replay(ids), output_tokens)
+
+
+def _breakers(trace: Trace, settings: AuditSettings, tokenizer, encoder: TokenEncoder, rates: HitRates,
+              cost_model) -> Breakers:
+    """The prefix-breakers found in the first `field_sample` requests (lab.audit.breakers), each fix replayed at the
+    chosen block size and capacity through the same template, ranked by measured gain (as sent: the hit rates'
+    own replay of those requests)."""
+    return breakers_in(trace.sample, tokenizer, block_size=rates.best_size, kv_tokens=settings.kv_tokens,
+                       count=settings.field_sample, encoder=encoder, cost_model=cost_model,
+                       output_tokens=settings.output_tokens, cached=rates.cached)
 
 
 @dataclass
@@ -224,6 +240,8 @@ def audit(path: str | Path, settings: AuditSettings | None = None, **overrides) 
     lap("what breaks sharing")
     projections = _projections(trace, settings, why.misses, sharing, encoder, block_size)
     lap("projection and confirmation")
+    breakers = _breakers(trace, settings, tokenizer, encoder, rates, projections.cost_model)
+    lap("prefix-breakers")
     fleet = _fleet(trace, settings, block_size, rates.cached)
     lap("fleet")
     salt = _salt_cost(trace, settings, block_size, shared=rates.by_block_size[block_size])
@@ -240,4 +258,5 @@ def audit(path: str | Path, settings: AuditSettings | None = None, **overrides) 
         fields=sharing.fields, field_sample=len(sharing.texts), projection=projections.projection,
         after_moving_fields=projections.after_moving_fields, cost_model_run=projections.cost_model_run,
         cost_model_fitted_on=projections.cost_model_fitted_on, confirmation=projections.confirmation,
-        fleet=fleet.advice, tenant_salt=salt, seconds=lap.seconds, reading_workers=settings.workers)
+        fleet=fleet.advice, tenant_salt=salt, seconds=lap.seconds, reading_workers=settings.workers,
+        breakers=breakers)

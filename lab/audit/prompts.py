@@ -35,11 +35,12 @@ class Prompts:
     salts: list[str | None]  # each request's cache_salt, if the file gives one
     skipped: list[str] = field(default_factory=list)  # one message per bad line skipped with skip_bad
     arrivals: list[float | None] = field(default_factory=list)  # each request's arrival (seconds), if the file says
+    chats: list[dict | None] = field(default_factory=list)  # a chat's {"messages", "tools"} as sent (None: a prompt)
 
     def head(self, n: int) -> Prompts:
         """The first `n` requests."""
         return Prompts(self.path, self.texts[:n], self.token_ids[:n], self.lines[:n], self.tenants[:n], self.salts[:n],
-                       self.skipped, self.arrivals[:n])
+                       self.skipped, self.arrivals[:n], self.chats[:n])
 
 
 def load_tokenizer(model: str | None):
@@ -55,15 +56,16 @@ def load_tokenizer(model: str | None):
                               "out to use the lab's model") from error
 
 
-def _record_text(record: object, tokenizer, where: str) -> tuple[str, bool]:
-    """The prompt text of one record, and whether the model's chat template rendered it."""
+def _record_text(record: object, tokenizer, where: str) -> tuple[str, dict | None]:
+    """The prompt text of one record, and the chat it rendered with the model's template ({"messages", "tools"};
+    None for a plain prompt)."""
     if not isinstance(record, dict) or not ("prompt" in record or "messages" in record):
         raise AuditInputError(f"{where}: has neither 'prompt' nor 'messages'; write "
                               '{"prompt": "..."} or {"messages": [{"role": "user", "content": "..."}]}')
     if "prompt" in record:
         if not isinstance(record["prompt"], str) or not record["prompt"]:
             raise AuditInputError(f"{where}: 'prompt' must be a non-empty string")
-        return record["prompt"], False
+        return record["prompt"], None
     messages, tools = record["messages"], record.get("tools")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "content" in m for m in messages):
         raise AuditInputError(f"{where}: 'messages' must be a non-empty list of {{'role': ..., 'content': ...}}")
@@ -72,7 +74,8 @@ def _record_text(record: object, tokenizer, where: str) -> tuple[str, bool]:
     if not getattr(tokenizer, "chat_template", None):
         raise AuditInputError(f"{where}: 'messages' needs a chat template, and this model's tokenizer has none; "
                               "send rendered prompts as 'prompt', or choose a chat model with --model")
-    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True), True
+    text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
+    return text, {"messages": messages, "tools": tools}
 
 
 def _arrival(record: dict, where: str) -> float | None:
@@ -148,7 +151,8 @@ def _good_records(path: Path, tokenizer, skip_bad: bool, skipped: list[str]) -> 
 def good_records(records: Iterable[tuple[str, int, bytes | dict]], tokenizer, skip_bad: bool,
                  skipped: list[str]) -> Iterator[dict]:
     """One entry per good record of `records` (raw_records), in order: text, its number, arrival time, tenant,
-    salt, and whether it is a chat; a bad one raises, or with `skip_bad` is listed in `skipped`."""
+    salt, and its chat messages and tools (None for a plain prompt); a bad one raises, or with `skip_bad` is listed
+    in `skipped`."""
     for where, number, raw in records:
         try:
             record = _jsonl_line(raw, where) if isinstance(raw, bytes) else raw
@@ -241,7 +245,7 @@ def read_prompts(path: str | Path, tokenizer, *, max_model_len: int | None = Non
     kept = [kept[i] for i in order]
     return Prompts(str(path), [g["text"] for g, _ in kept], [ids for _, ids in kept], [g["line"] for g, _ in kept],
                    [g["tenant"] for g, _ in kept], [g["salt"] for g, _ in kept], skipped,
-                   [g["arrival_s"] for g, _ in kept])
+                   [g["arrival_s"] for g, _ in kept], [g["chat"] for g, _ in kept])
 
 
 def encode(encoder: TokenEncoder, texts: Sequence[str]) -> list[list[int]]:

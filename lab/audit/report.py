@@ -79,6 +79,10 @@ def changes_worth_making(result: AuditResult, min_points: float = 1.0, top: int 
     found += [(row.gain_points, f"{row.change}: hit rate -> {row.hit_rate:.1%} ({row.gain_points:+.1f} points, "
                f"removes '{row.cause}')") for row in result.what_ifs.itertuples()
               if row.cause != "other_prefix"]  # its change is the field move above
+    b = result.breakers
+    found += [(r.gain_points, f"{r.advice}: hit rate {r.hit_rate_before:.1%} -> {r.hit_rate_after:.1%} "
+               f"({r.gain_points:+.1f} points, replayed on the first {r.prompts:,} prompts)")
+              for r in (b.recommendations if b else []) if not (fields and r.breaker == "leading_field")]
     return [text for points, text in sorted(found, key=lambda f: -f[0]) if points >= min_points][:top]
 
 
@@ -126,6 +130,8 @@ def to_html(result: AuditResult, json_name: str | None = None) -> str:
                       "it, so a request arriving while another computes the same prefix shares it.</small></p>"]
     if r.fields:
         parts += ["<h2>Fields that break sharing</h2>", _table(pd.DataFrame([vars(f) for f in r.fields]))]
+    if r.breakers:
+        parts += _breakers_html(r.breakers)
     parts += ["<h2>Routing policies (simulated)</h2>", _table(r.fleet.policies)]
     if r.fleet_misses is not None:
         parts += [f"<h3>Why tokens missed across {r.fleet.replicas} replicas ({html.escape(r.fleet.recommended_policy)})"
@@ -173,6 +179,7 @@ def terminal_summary(result: AuditResult) -> str:
               f"{f.median_token_position} tokens in, in {f.prompts} prompts; moved to the end: {f.hit_rate_before:.1%} "
               f"-> {f.hit_rate_after:.1%}" for f in r.fields] or \
         ["  breaks sharing: no field whose move to the end raises the hit rate by a point or more"]
+    lines += breaker_lines(r.breakers) if r.breakers else []
     lines.append(_projection_line(r))
     if c := r.confirmation:
         lines.append(f"  measured on the engine, first {c.prompts} prompts: hit rate {c.hit_rate:.1%}, throughput "
@@ -207,3 +214,58 @@ def _projection_line(r: AuditResult) -> str:
             f"{p.output_tokens} output tokens each): throughput x{p.throughput_gain:.2f}, mean TTFT {p.ttft_change:+.0%} "
             f"(1/(1 - hit rate) would say x{p.naive_bound:.2f})"
             + (f"; after moving the fields: x{a.throughput_gain:.2f}, {a.ttft_change:+.0%}" if a else ""))
+
+
+def _projected(r) -> str:
+    a, b = r.projected_before, r.projected_after
+    if a is None or b is None:
+        return "projected: no cost model for this model on this back-end"
+    return (f"projected throughput x{a.throughput_gain:.2f} -> x{b.throughput_gain:.2f}, mean TTFT {a.ttft_change:+.0%} "
+            f"-> {b.ttft_change:+.0%} (against no caching)")
+
+
+def _example(r) -> str:
+    e = r.example
+    if e is None:
+        return "no pair of prompts shares a longer prefix because of it alone"
+    return (f"lines {e.lines[0]} and {e.lines[1]} first differed at token {e.before_token:,}: {e.before[0]!r} / "
+            f"{e.before[1]!r}; after the fix at token {e.after_token:,}: {e.after[0]!r} / {e.after[1]!r}")
+
+
+def breaker_lines(b) -> list[str]:
+    """The prefix-breakers in the terminal summary: the fixes ranked by measured gain, then those not worth it."""
+    head = (f"the first {b.prompts:,} prompts replayed at block size {b.block_size}, KV capacity {b.kv_tokens:,} "
+            "tokens")
+    if not b.recommendations:
+        lines = [f"  prefix-breakers: no fix found that gains {b.min_gain_points:.0f} point or more ({head}; checked "
+                 f"{', '.join(b.checked)})"]
+    else:
+        lines = [f"  prefix-breakers, ranked by measured gain ({head}; each on top of the ones above):"]
+    for r in b.recommendations:
+        sees = "changes what the model sees" if r.changes_what_the_model_sees else "the model sees the same text"
+        lines += [f"    {r.rank}. {r.advice}: {r.requests:,} requests rewritten; hit rate {r.hit_rate_before:.1%} -> "
+                  f"{r.hit_rate_after:.1%} ({r.gain_points:+.1f} points)", f"       found: {r.found}",
+                  f"       {_projected(r)}", f"       {sees}: {r.caveat}", f"       e.g. {_example(r)}"]
+    lines += [f"    found, not worth changing: {n.breaker} ({n.found}): {n.reason}" for n in b.not_worth]
+    return lines
+
+
+def _breakers_html(b) -> list[str]:
+    """The prefix-breakers section of the page: the ranked fixes, then those found but not worth making."""
+    parts = ["<h2>Prefix-breakers, ranked by measured gain</h2>",
+             f"<p>Each fix rewrites the first {b.prompts:,} prompts and replays them through the same chat template "
+             f"and block pool (block size {b.block_size}, KV capacity {b.kv_tokens:,} tokens), on top of the fixes "
+             f"ranked above it; only a fix that gains {b.min_gain_points:.0f} point or more is listed. Checked: "
+             f"{html.escape(', '.join(b.checked))}.</p>"]
+    if b.recommendations:
+        parts.append(_table(pd.DataFrame([{
+            "rank": r.rank, "change": r.advice, "found": r.found, "requests rewritten": r.requests,
+            "hit rate before": r.hit_rate_before, "hit rate after": r.hit_rate_after,
+            "gain (points)": round(r.gain_points, 1), "projection": _projected(r),
+            "changes what the model sees": ("yes: " if r.changes_what_the_model_sees else "no: ") + r.caveat,
+            "example": _example(r)} for r in b.recommendations])))
+    else:
+        parts.append("<p>No fix gains enough: nothing to change here.</p>")
+    if b.not_worth:
+        parts += ["<h3>Found, not worth changing</h3>", _table(pd.DataFrame([vars(n) for n in b.not_worth]))]
+    return parts

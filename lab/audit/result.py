@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from lab.audit.breakers import Breakers
 from lab.audit.fields import Divergence, Field
 from lab.audit.fleet import FleetAdvice, SaltCost
 from lab.audit.projection import Confirmation, Projection
@@ -52,6 +53,7 @@ class AuditResult:
     seconds: dict[str, float]
     replay: str = "one request at a time, in arrival order, least recently used evicted first"
     reading_workers: int = 1  # processes that parsed, tokenized and hashed the log
+    breakers: Breakers | None = None  # the prefix-breakers found, their fixes replayed and ranked by measured gain
 
     def to_json(self) -> dict:
         """Plain values only (tables as lists of records), for a JSON summary."""

@@ -38,7 +38,8 @@ def _whole(name: str, value, what: str, minimum: int = 1) -> None:
 class AuditSettings:
     """Every choice of an audit. The hit rates per block size, the replay over time and the per-tenant salt
     cover every request; the causes of the misses, the fleet simulation and the projection the first `explained`
-    requests in arrival order, and the field search the first `field_sample`."""
+    requests in arrival order, and the field search and the prefix-breakers (each fix replayed) the first
+    `field_sample`."""
 
     model: str | os.PathLike | None = None  # a local Hugging Face model directory for the tokenizer (None: the lab's)
     kv_tokens: int = DEFAULT_KV_TOKENS  # the KV cache's capacity in tokens (per replica)
@@ -47,7 +48,7 @@ class AuditSettings:
     confirm: int = 0  # prompts run on the real engine, caching off and on (0: no engine is started)
     output_tokens: int = 8  # the answer length the projection assumes
     explained: int = 5_000  # the first requests (arrival order) whose misses are explained and routed on a fleet
-    field_sample: int = 2_000  # the first requests the search for fields that break sharing reads
+    field_sample: int = 2_000  # the first requests searched for fields and other prefix-breakers, fixes replayed on
     workers: int = 1  # processes that read the log
     skip_bad: bool = False  # skip and count bad lines instead of stopping at the first
     progress: bool = True  # progress bars

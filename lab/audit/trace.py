@@ -136,7 +136,7 @@ class _FirstArrivals:
         kept = [(entry, ids.tolist()) for _, entry, ids in sorted(self.heap, reverse=True)]
         return Prompts(path, [g["text"] for g, _ in kept], [ids for _, ids in kept], [g["line"] for g, _ in kept],
                        [g["tenant"] for g, _ in kept], [g["salt"] for g, _ in kept], [],
-                       [g["arrival_s"] for g, _ in kept])
+                       [g["arrival_s"] for g, _ in kept], [g["chat"] for g, _ in kept])
 
 
 class _Requests:
@@ -200,7 +200,7 @@ class _Reader:
         blocks = {size: content_hashes(tokens, lengths, size) for size in self.block_sizes}
         candidates = [(entry, ids.copy()) for entry, ids in kept  # a copy: a view would hold the whole chunk's ids
                       if keep_before is None or arrival_key(entry["arrival_s"], entry["line"]) < keep_before]
-        entries = [{k: v for k, v in entry.items() if k != "text"} for entry, _ in kept]
+        entries = [{k: v for k, v in entry.items() if k not in ("text", "chat")} for entry, _ in kept]
         return _Chunk(entries, lengths, blocks, candidates, skipped, len(good))
 
 
