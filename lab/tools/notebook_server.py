@@ -1,7 +1,10 @@
 """JupyterLab for the notebooks, started the way `make lab` starts it: its own free port (or LAB_PORT), a
-fresh token, a health wait, and a message that says what to do when it cannot start or no browser opens.
+fresh token (or LAB_TOKEN), a health wait, and a message that says what to do when it cannot start or no browser
+opens. It listens on 127.0.0.1 unless LAB_HOST says otherwise: the container (Containerfile) sets LAB_HOST=0.0.0.0 so
+that a published port reaches it, and the address printed is then the one a browser on the host opens.
 
     python -m lab.tools.notebook_server              # what `make lab` runs: JupyterLab on course/
+    python -m lab.tools.notebook_server --host 0.0.0.0 --port 8888 --no-browser   # the container's command
     with JupyterLab(root="notebooks").start() as jl:
         jl.url("00_quickstart.ipynb")          # http://127.0.0.1:PORT/lab/tree/00_quickstart.ipynb?token=...
 """
@@ -38,6 +41,8 @@ def jupyter_executable() -> str:
 
 
 # no "receive official Jupyter news?" toast: it covers the page a learner (or a browser test) works in
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # listen on every interface
+
 NO_NEWS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
 
 
@@ -46,14 +51,16 @@ class JupyterLab:
     root: str | Path = PROJECT_ROOT / "notebooks"
     port: int | None = None  # None: a free one
     token: str = field(default_factory=lambda: secrets.token_hex(16))
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # the address JupyterLab listens on; 0.0.0.0: every interface (in a container)
     settings: dict[str, dict] = field(default_factory=dict)  # e.g. {"@jupyterlab/notebook-extension:tracker": {...}}
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
         if not self.root.is_dir():
             raise FileNotFoundError(f"root={str(self.root)!r} is not a folder of notebooks")
-        if self.port is not None and port_in_use(self.port, self.host):
+        if not self.token:
+            raise ValueError("JupyterLab needs a token (an empty one would let anyone who reaches the port run code)")
+        if self.port is not None and port_in_use(self.port, self.client_host):
             raise OSError(f"port {self.port} is already in use (another JupyterLab?): choose another with "
                           "LAB_PORT=NNNN, or leave it unset for a free one")
         self.managed: ManagedProcess | None = None
@@ -66,8 +73,14 @@ class JupyterLab:
             path.write_text(json.dumps(values))
 
     @property
+    def client_host(self) -> str:
+        """The address to reach it at: a wildcard bind address is reached on the loopback (in a container, the
+        host's browser reaches it through the published port, at the same address)."""
+        return "127.0.0.1" if self.host in WILDCARD_HOSTS else self.host
+
+    @property
     def base(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"http://{self.client_host}:{self.port}"
 
     def url(self, notebook: str | None = None, workspace: str | None = None) -> str:
         """The address of JupyterLab (or of `notebook` in it). With `workspace`, the notebook opens alone in a
@@ -118,11 +131,17 @@ class JupyterLab:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.tools.notebook_server", description="JupyterLab on course/")
     parser.add_argument("--port", type=int, default=int(os.environ["LAB_PORT"]) if os.environ.get("LAB_PORT") else None)
+    parser.add_argument("--host", default=os.environ.get("LAB_HOST") or "127.0.0.1",
+                        help="the address to listen on (LAB_HOST; 0.0.0.0 in a container, so a published port reaches it)")
+    parser.add_argument("--token", default=os.environ.get("LAB_TOKEN") or None,
+                        help="the login token (LAB_TOKEN); a fresh random one when unset")
     parser.add_argument("--no-browser", action="store_true", help="print the address instead of opening a browser")
     args = parser.parse_args(argv)
     COURSE_DIR.mkdir(exist_ok=True)
     try:
-        lab = JupyterLab(root=COURSE_DIR, port=args.port)  # a taken port is named before the copies are built
+        token = {"token": args.token} if args.token else {}
+        # a taken port is named before the copies are built
+        lab = JupyterLab(root=COURSE_DIR, port=args.port, host=args.host, **token)
         print(f"your copies of the lessons, the exercises without their solutions: {COURSE_DIR}")
         build_course()
         lab.start()
@@ -130,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"JupyterLab could not start: {error}", file=sys.stderr)
         return 1
     print(f"JupyterLab is running: {lab.url('00_quickstart.ipynb')}\n(stop it with Ctrl+C; its log: {lab.log_path})")
+    if lab.host in WILDCARD_HOSTS:
+        print(f"it listens on every interface ({lab.host or '*'}:{lab.port}): in a container, open the address above on "
+              f"the host once the port is published (docker/podman run -p {lab.port}:{lab.port} ...)")
     if not args.no_browser and not webbrowser.open(lab.url("00_quickstart.ipynb")):
         print("no browser could be opened on this machine: copy the address above into a browser (on a remote "
               "machine, forward the port first: ssh -L PORT:127.0.0.1:PORT host)")

@@ -25,9 +25,10 @@ from lab.core.model import MODELS_DIR, describe_model
 from lab.experiments import article
 from lab.experiments.block_sizes import recommend_block_size
 from lab.experiments.capacity import amdahl_bound
-from lab.experiments.results import hardware_line, load_latest, write_atomically
+from lab.experiments.results import CANONICAL_DIR, hardware_line, load_latest, write_atomically
 from lab.tools.report_contexts import (
     audit_context,
+    benchmark_rows,
     capacity_context,
     gain_verdict,
     in_words,
@@ -44,10 +45,12 @@ from lab.tools.runner import all_notebooks
 
 README = PROJECT_ROOT / "README.md"
 RESULTS = PROJECT_ROOT / "docs" / "RESULTS.md"
+TESTING = PROJECT_ROOT / "docs" / "TESTING.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"  # docs/RESULTS.md
 HEADLINE = ("<!-- headline:start -->", "<!-- headline:end -->")  # README.md: the one headline figure
 SUMMARY = ("<!-- summary:start -->", "<!-- summary:end -->")  # README.md: the headline results, a few lines
 NOTEBOOKS = ("<!-- notebooks:start -->", "<!-- notebooks:end -->")  # docs/RESULTS.md: the course's notebooks
+BENCHMARKS = ("<!-- benchmarks:start -->", "<!-- benchmarks:end -->")  # docs/TESTING.md: the canonical benchmarks
 FIGURES_FROM_RESULTS = "../figures"  # docs/RESULTS.md links the figures relative to docs/
 TEMPLATES = Path(__file__).with_name("templates")
 LABELS = {
@@ -170,6 +173,13 @@ def notebooks_section() -> str:
     return render("notebooks.md.j2", {"notebooks": markdown_table(notebook_rows(all_notebooks()))})
 
 
+def benchmarks_section() -> str:
+    """docs/TESTING.md's table of the canonical benchmarks, each with the machine and the lab's commit it timed."""
+    table = benchmark_rows(CANONICAL_DIR)
+    return ("Each benchmark's canonical run (`data/reference/results/bench_*`), with the machine and the lab's commit it "
+            "timed:\n\n" + markdown_table(table))
+
+
 def between(text: str, markers: tuple[str, str], body: str, name: str) -> str:
     """`text` with what lies between the two markers replaced by `body`; SystemExit when a marker is missing."""
     start, end = markers
@@ -188,9 +198,12 @@ def update_reports() -> None:
     readme = between(readme, SUMMARY, render("summary.md.j2", context), README.name)
     results = between(RESULTS.read_text(), (START, END), render("results.md.j2", context), "docs/RESULTS.md")
     results = between(results, NOTEBOOKS, notebooks_section(), "docs/RESULTS.md")
+    testing = between(TESTING.read_text(), BENCHMARKS, benchmarks_section(), "docs/TESTING.md")
     write_atomically(RESULTS, results, overwrite=True)
     write_atomically(README, readme, overwrite=True)
-    print(f"updated the headline and summary of {README} and the notebooks and Results sections of {RESULTS}")
+    write_atomically(TESTING, testing, overwrite=True)
+    print(f"updated the headline and summary of {README}, the notebooks and Results sections of {RESULTS} and the "
+          f"benchmarks of {TESTING}")
 
 
 if __name__ == "__main__":
