@@ -29,7 +29,7 @@ from lab.core.block_hash import blocks_needed
 from lab.serving.backend import backend
 from lab.serving.client import openai_client
 from lab.serving.engine_settings import check_block_size, model_config, resolve_model
-from lab.serving.processes import ManagedProcess, executable_beside_python, free_port
+from lab.serving.processes import ManagedProcess, ManagedService, executable_beside_python, free_port
 from lab.serving.server import SERVED_MODEL_NAME, VLLMServer
 
 ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
@@ -66,7 +66,7 @@ def check_fleet(replicas: Any, policy: Any, kv_blocks: Any, block_size: int, max
 
 
 @dataclass(eq=False)
-class Router:
+class Router(ManagedService):
     """The real `vllm-router` in front of `worker_urls`."""
 
     worker_urls: Sequence[str]
@@ -79,18 +79,6 @@ class Router:
     def __post_init__(self) -> None:
         self.port = self.port or free_port(self.host)
         self.managed = ManagedProcess("vllm-router", self.command(), f"{self.url}/health", log_prefix="vllm-router-")
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def process(self):
-        return self.managed.process
-
-    @property
-    def log_path(self):
-        return self.managed.log_path
 
     def command(self) -> list[str]:
         return [router_executable(), "--host", self.host, "--port", str(self.port), "--policy", self.policy,

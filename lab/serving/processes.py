@@ -27,6 +27,26 @@ class ServerStartError(RuntimeError):
     """The process exited or did not become healthy; the message carries the end of its log."""
 
 
+class ManagedService:
+    """What a server object that runs one ManagedProcess at `host`:`port` shows of it (vLLM's server, the router)."""
+
+    host: str
+    port: int | None
+    managed: ManagedProcess
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def process(self):
+        return self.managed.process
+
+    @property
+    def log_path(self):
+        return self.managed.log_path
+
+
 class ManagedProcess:
     """`name` (for messages) running `command`; healthy when GET `health_url` answers 200."""
 

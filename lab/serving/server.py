@@ -22,7 +22,7 @@ from lab.serving.backend import vllm_distribution
 from lab.serving.client import openai_client
 from lab.serving.engine_settings import EngineSettings, engine_settings
 from lab.serving.metrics import metrics_text, parse_metrics
-from lab.serving.processes import ManagedProcess, answers, free_port
+from lab.serving.processes import ManagedProcess, ManagedService, answers, free_port
 
 SERVED_MODEL_NAME = "lab-model"
 _running: set[VLLMServer] = set()
@@ -42,7 +42,7 @@ def serve_command(settings: EngineSettings, host: str, port: int, extra_args: Se
 
 
 @dataclass(eq=False)
-class VLLMServer:
+class VLLMServer(ManagedService):
     model: str | os.PathLike | None = None
     enable_prefix_caching: bool | None = True  # None: no flag, vLLM's default (on)
     block_size: int | None = None
@@ -67,23 +67,11 @@ class VLLMServer:
     model_name = SERVED_MODEL_NAME
 
     @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
     def base_url(self) -> str:
         return f"{self.url}/v1"
 
     def command(self) -> list[str]:
         return serve_command(self.settings, self.host, self.port, self.extra_args)
-
-    @property
-    def process(self):
-        return self.managed.process
-
-    @property
-    def log_path(self):
-        return self.managed.log_path
 
     def start(self) -> VLLMServer:
         """Launch the server and wait until `/health` answers (the process helper stops it if it does not)."""

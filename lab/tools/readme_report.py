@@ -26,9 +26,9 @@ from lab.experiments import article
 from lab.experiments.block_sizes import recommend_block_size
 from lab.experiments.capacity import amdahl_bound
 from lab.experiments.results import CANONICAL_DIR, hardware_line, load_latest, write_atomically
+from lab.tools.benchmark_report import benchmark_rows
 from lab.tools.report_contexts import (
     audit_context,
-    benchmark_rows,
     capacity_context,
     gain_verdict,
     in_words,

@@ -1,0 +1,48 @@
+"""docs/TESTING.md's table of the canonical benchmarks: each run with its machine, vLLM, the lab's commit it timed,
+and what it measured against its target, read from the benchmark's own results file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+
+def _benchmark_summary(name: str, table: pd.DataFrame, env: dict) -> str:
+    """What one canonical benchmark measured, in a line, from its own table and environment."""
+    if name.startswith("bench_audit"):
+        seconds, gb = env["seconds"], env["peak_memory_gib"] * 2**30 / 1e9
+        target = {100_000: 60, 1_000_000: 600}.get(env["prompts"])
+        met = f" (at most {target} s and 2 GB: {'met' if seconds <= target and gb <= 2 else 'not met'})" if target else ""
+        return f"{env['prompts']:,} prompts: {seconds:.1f} s, peak {gb:.2f} GB{met}"
+    if name.startswith("bench_trace"):
+        return "; ".join(f"{row.benchmark}: {row.requests:,} requests, {row.seconds:.1f} s"
+                         + (f", peak {row.peak_gb:.2f} GB" if pd.notna(row.peak_gb) else "")
+                         + f" ({row.target}: {'met' if row.met else 'not met'})" for row in table.itertuples())
+    if name.startswith("bench_sim"):
+        router = ["random", "round_robin", "power_of_two", "consistent_hash", "cache_aware"]
+        parts = []
+        for (requests, replicas), rows in table.groupby(["requests", "replicas"]):
+            five = rows[rows.policy.isin(router)].seconds.sum() + rows[rows.policy.str.startswith("(")].seconds.sum()
+            target = f" (at most 10 s: {'met' if five <= 10 else 'not met'})" if (requests, replicas) == (10_000, 64) else ""
+            parts.append(f"{requests:,} x {replicas}: vllm-router's five policies {five:.1f} s{target}")
+        return "; ".join(parts)
+    if name.startswith("bench_mini"):
+        medians = table.groupby(["engine", "caching"]).ttft_ms.median()
+        return (f"median TTFT mini / vLLM: caching on {medians['mini', True] / medians['vllm', True]:.2f}x, off "
+                f"{medians['mini', False] / medians['vllm', False]:.2f}x")
+    return ""
+
+
+def benchmark_rows(canonical_dir: Path) -> pd.DataFrame:
+    """One row per canonical benchmark file: its run, machine, vLLM, the lab's commit it timed, what it measured."""
+    rows = []
+    for meta_path in sorted(canonical_dir.glob("bench_*.json")):
+        meta = json.loads(meta_path.read_text())
+        env = meta["environment"]
+        table = pd.read_csv(meta_path.with_suffix(".csv"))
+        rows.append({"benchmark": f"`{meta['run_id']}`", "machine": env.get("device", ""), "vLLM": env.get("vllm", ""),
+                     "lab commit": f"`{env['code']}`" if env.get("code") else "not recorded (before commits were)",
+                     "measured": _benchmark_summary(meta["name"], table, env)})
+    return pd.DataFrame(rows)
