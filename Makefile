@@ -119,10 +119,10 @@ clean:
 	rm -f data/workloads/*.jsonl data/workloads/*.manifest.json
 	git clean -qfX figures
 
-# The course's container image (Containerfile; WORKSHOP.md, "Setting up the room before the day"): Docker if it is
-# installed, else Podman (CONTAINER=podman to choose). IMAGE_ARGS passes build arguments, e.g.
+# The course's container image (Containerfile; WORKSHOP.md, "Setting up the room before the day"): Docker if its
+# daemon answers, else Podman (CONTAINER=podman to choose). IMAGE_ARGS passes build arguments, e.g.
 # IMAGE_ARGS="--platform linux/arm64" or "--build-arg TORCH_INDEX=" (docs/TESTING.md: the build on these machines).
-CONTAINER ?= $(shell command -v docker || command -v podman)
+CONTAINER ?= $(shell docker info >/dev/null 2>&1 && echo docker || command -v podman)
 IMAGE ?= prefix-cache-lab
 IMAGE_ARGS ?=
 .PHONY: image
