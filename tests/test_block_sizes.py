@@ -45,3 +45,14 @@ def test_a_run_far_from_its_workloads_median_is_flagged():
 
 def test_the_tolerance_rule_averages_the_repeats_first():
     assert recommend_block_size(sweep({32: [10.0, 10.0], 64: [10.0, 11.2], 128: [12.0, 12.0]}, RATES)).to_dict() == {"w": 32}
+
+
+def test_a_size_the_run_shows_slower_is_never_recommended():
+    """customer_service in a full run: 32 overlaps everyone, but 64's range lies below 256's: 256 is out."""
+    from lab.experiments.block_sizes import recommend_from_spread
+    from lab.experiments.verdict import Spread
+
+    sizes = [Spread("32", (14.82, 20.0, 32.38)), Spread("64", (16.60, 18.0, 21.56)), Spread("128", (19.51, 25.0, 41.50)),
+             Spread("256", (26.02, 27.0, 27.57))]
+    size, why = recommend_from_spread(sizes)
+    assert size == 128 and "256 shown slower" in why

@@ -36,18 +36,21 @@ def ttft_spreads(engine_sweep: pd.DataFrame, workload: str) -> list[Spread]:
 
 
 def recommend_from_spread(ttft: Sequence[Spread]) -> tuple[int | None, str]:
-    """The block size to use as far as this run can tell, and why: the fastest (lowest median TTFT) where its range
-    lies apart from every other size's, else the largest of the sizes the run cannot tell from it (fewer blocks to
-    track at a TTFT this run cannot tell apart). None with one run of any size: no spread, no verdict."""
+    """The block size to use as far as this run can tell, and why. A size is out when another size's TTFT range lies
+    wholly below its own (the run shows it slower); of the sizes left, the fastest if it alone is left, else the
+    largest (fewer blocks to track at a TTFT this run cannot tell apart). None with one run of any size: no spread,
+    no verdict."""
     if min(len(s.values) for s in ttft) < 2:
         return None, "one run of some sizes, so no spread: this run cannot tell which size is fastest"
     fastest = min(ttft, key=lambda s: s.median)
-    tied = [s for s in ttft if s is fastest or s.overlaps(fastest)]
-    if len(tied) == 1:
+    left = [s for s in ttft if not any(other.high < s.low for other in ttft)]
+    if left == [fastest]:
         return int(fastest.name), f"{fastest.name}: its TTFT range lies below every other size's"
-    chosen = max(tied, key=lambda s: int(s.name))
-    return int(chosen.name), (f"{chosen.name}: this run cannot tell {', '.join(s.name for s in tied)} apart by TTFT "
-                              f"(lowest median: {fastest.name}), and the largest tracks the fewest blocks")
+    chosen = max(left, key=lambda s: int(s.name))
+    slower = [s.name for s in ttft if s not in left]
+    return int(chosen.name), (f"{chosen.name}: this run cannot tell {', '.join(s.name for s in left)} apart by TTFT "
+                              f"(lowest median: {fastest.name}), and the largest tracks the fewest blocks"
+                              + (f"; {', '.join(slower)} shown slower" if slower else ""))
 
 
 def follows_hit_rate(ttft: Sequence[Spread], hit_rate: Mapping[int, float]) -> str:
