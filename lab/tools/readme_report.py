@@ -67,7 +67,25 @@ OPTIONAL_FIGURES = {  # shown when their notebook has run
                 ("hits against queueing, 64 simulated replicas", "12_fleet_simulator-sim_tradeoff")],
     "why": [("why prompt tokens missed, by lesson", "14_why_it_missed-causes")],
     "size": [("the same hit rate on models of different size", "18_model_size-gain")],
+    "traffic": [("hit rate against KV capacity on Mooncake's traces", "21_real_traffic-capacity")],
 }
+
+
+def traffic_context() -> dict | None:
+    """Notebook 21: Kimi's hour against the KV capacity, the fleet, and the engine's slice (None until it has run)."""
+    from lab.tools.report_contexts import _latest_or_none
+
+    curve, meta = _latest_or_none("21_real_traffic-capacity")
+    if curve is None:
+        return None
+    kimi = curve[curve.trace.str.startswith("Kimi")]
+    fleet, engine = load_latest("21_real_traffic-fleet")[0], load_latest("21_real_traffic-engine")[0]
+    at = dict(zip(kimi.kv_tokens, kimi.hit_rate))
+    near = {want: min(at, key=lambda tokens: abs(tokens - want)) for want in (3_000_000, 50_000_000)}
+    return {"run_id": meta["run_id"], "maximum": float(kimi.max_hit_rate.iloc[0]),
+            "near": {want: (tokens, at[tokens]) for want, tokens in near.items()},
+            "pooled": float(fleet.hit_rate.iloc[-1]), "local": markdown_table(fleet.round(3)),
+            "engine": engine.set_index("concurrency")}
 
 
 def comparison_table(table: pd.DataFrame, with_article: bool) -> pd.DataFrame:
@@ -126,7 +144,8 @@ def results_context() -> dict:
     sweep, sweep_meta = load_latest("04_block_size_sweep-vllm")
     env, rows = meta["environment"], offline.set_index("metric")
     hit_rate = rows.loc["hit_rate", "cache on"]
-    parts = {"capacity": capacity_context(), "routing": routing_context(), "why": why_context(), "size": size_context()}
+    parts = {"capacity": capacity_context(), "routing": routing_context(), "why": why_context(), "size": size_context(),
+             "traffic": traffic_context()}
     figures = FIGURES + [figure for part, shown in OPTIONAL_FIGURES.items() if parts[part] for figure in shown]
     return {"env": env, "run_id": meta["run_id"], "online_run_id": online_meta["run_id"],
             "hardware": hardware_line(env), "model": describe_model(model),
