@@ -71,7 +71,7 @@ promote: setup
 PYTEST_PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 # line coverage of lab/ before the suite work, measured the same way (the pytest processes; kernels not counted)
 COVERAGE_MIN ?= 90
-PYTEST_ALL = tests notebooks $(PYTEST_PARALLEL) --cov=lab --cov-report=term --cov-fail-under=$(COVERAGE_MIN)
+PYTEST_ALL = tests notebooks $(PYTEST_PARALLEL) --durations=40 --cov=lab --cov-report=term --cov-fail-under=$(COVERAGE_MIN)
 
 test: setup lint $(BOOK_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ALL)
