@@ -38,7 +38,7 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-$(VLLM_FLAVOUR).txt
 	$(BIN)/pip install --quiet --no-deps -e .
 	@touch $@
 
-# Resolve the direct pins (requirements*.txt) again into the lock files, with hashes
+# Resolve the direct pins (requirements*.txt) again into the lock files, with hashes, by uv (lab.tools.lock)
 lock: $(STAMP)
 	$(BIN)/python -m lab.tools.lock
 

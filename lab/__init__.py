@@ -16,6 +16,9 @@ import warnings
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# Installed from a wheel (`pip install .`), the package has no repository around it: no corpus to build the lab's
+# model from, no notebooks, and its outputs go under the working directory instead of site-packages.
+IN_CHECKOUT = (PROJECT_ROOT / "pyproject.toml").is_file() and (PROJECT_ROOT / "notebooks").is_dir()
 DEFAULT_CPU_KVCACHE_GIB = "1"  # VLLM_CPU_KVCACHE_SPACE: the CPU back-end's KV pool, in GiB
 
 

@@ -1,9 +1,10 @@
+import dataclasses
 import math
 
 import pandas as pd
 import pytest
 
-from lab.experiments.measure import arrival_times, compare, run_workload, summarize
+from lab.experiments.measure import RunFacts, arrival_times, compare, run_workload, summarize
 from lab.experiments.workloads import generate_workload
 from lab.serving import vllm_internals
 
@@ -14,19 +15,22 @@ def prompts():
 
 
 def test_offline_rows_are_sane(llm, prompts):
-    df = run_workload(llm, prompts, max_tokens=4, progress=False)
+    run = run_workload(llm, prompts, max_tokens=4, progress=False)
+    df, facts = run.rows, run.facts
     assert len(df) == len(prompts) and df.request.tolist() == list(range(len(prompts)))
     assert (df.ttft_s > 0).all() and (df.e2e_s >= df.ttft_s).all()
     assert (df.cached_tokens <= df.prompt_tokens - 1).all() and df.cached_tokens.sum() > 0
     assert (df.output_tokens == 4).all()
     assert (df.queue_s >= 0).all() and (df.prefill_s > 0).all()
-    assert 0 < df.attrs["peak_kv_blocks"] <= df.attrs["kv_blocks"]
-    assert df.attrs["preemptions"] == 0, "a pool far larger than the batch never preempts"
+    assert 0 < facts.peak_kv_blocks <= facts.kv_blocks and facts.mode == "offline" and facts.max_tokens == 4
+    assert facts.preemptions == 0, "a pool far larger than the batch never preempts"
+    summary = run.summary()
+    assert summary["peak_kv_usage"] == facts.peak_kv_blocks / facts.kv_blocks and summary["requests"] == len(prompts)
 
 
 def test_online_requests_reach_the_engine_at_their_arrival_times(llm, prompts):
     rate = 8.0
-    df = run_workload(llm, prompts[:8], max_tokens=2, mode="online", rate=rate, seed=1, progress=False)
+    df = run_workload(llm, prompts[:8], max_tokens=2, mode="online", rate=rate, seed=1, progress=False).rows
     assert df.arrival_s.tolist() == arrival_times(8, "online", rate, seed=1), "the TTFT clock starts at the plan"
     late = df.sent_s - df.arrival_s
     assert (late >= 0).all(), "no request is sent before it arrives"
@@ -74,10 +78,13 @@ def test_summarize_and_compare_on_hand_made_frames():
 
 def test_online_summary_reports_the_rate_the_arrivals_delivered():
     df = hand_made([0.1] * 5, [0] * 5, [100] * 5).assign(arrival_s=[0.0, 0.5, 1.0, 3.0, 4.0])
-    df.attrs = {"mode": "online", "rate": 2.0}
-    assert summarize(df)["offered_rate_per_s"] == 1.0, "4 gaps in 4 s, whatever rate was planned"
-    df.attrs = {"mode": "offline"}
-    assert "offered_rate_per_s" not in summarize(df)
+    facts = RunFacts(mode="online", rate=2.0, max_tokens=1, peak_kv_blocks=3, kv_blocks=12, peak_process_gib=1.0,
+                     preemptions=0)
+    summary = summarize(df, facts)
+    assert summary["offered_rate_per_s"] == 1.0, "4 gaps in 4 s, whatever rate was planned"
+    assert summary["peak_kv_usage"] == 0.25
+    assert "offered_rate_per_s" not in summarize(df, dataclasses.replace(facts, mode="offline"))
+    assert "offered_rate_per_s" not in summarize(df) and "peak_kv_blocks" not in summarize(df)
 
 
 def test_arrival_times_are_seeded_poisson():
@@ -87,7 +94,7 @@ def test_arrival_times_are_seeded_poisson():
 
 
 def test_sequential_mode_never_queues(llm, prompts):
-    df = run_workload(llm, prompts[:6], max_tokens=2, mode="sequential", progress=False)
+    df = run_workload(llm, prompts[:6], max_tokens=2, mode="sequential", progress=False).rows
     assert df.arrival_s.is_monotonic_increasing
     assert (df.arrival_s.iloc[1:].values >= (df.arrival_s + df.e2e_s).iloc[:-1].values - 0.01).all(), \
         "each request is sent after the previous one finished"

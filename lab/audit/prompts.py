@@ -44,12 +44,19 @@ class Prompts:
 
 
 def load_tokenizer(model: str | None):
-    """The tokenizer of `model` (a local Hugging Face model directory; None: the lab's model)."""
+    """The tokenizer of `model` (a local Hugging Face model directory, whose tokenizer files are enough; None: the
+    lab's model, which only a checkout of the lab can build)."""
+    from lab import IN_CHECKOUT
     from lab.core.model import tokenizer_for
     from lab.serving.engine_settings import resolve_model
 
-    try:
-        return tokenizer_for(resolve_model(model))
+    if model is None and not IN_CHECKOUT:
+        raise AuditInputError("--model is needed: the lab's own model is built from its repository's corpus, which an "
+                              "installed package does not carry; pass a local Hugging Face model directory (its "
+                              "tokenizer files are enough), the model whose tokens your engine caches")
+    directory = None if model is None else Path(model).expanduser()
+    try:  # a directory needs only its tokenizer files; anything else is resolved as an engine would load it
+        return tokenizer_for(directory if directory is not None and directory.is_dir() else resolve_model(model))
     except Exception as error:  # transformers raises OSError, ValueError or its own errors
         raise AuditInputError(f"--model {model}: cannot load a tokenizer from it ({type(error).__name__}: {error}); "
                               "pass a local Hugging Face model directory with tokenizer files, or leave --model "

@@ -11,7 +11,7 @@ import os
 import pickle
 from collections.abc import Callable, Sequence
 from functools import cache, lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import cbor2
 
@@ -100,6 +100,13 @@ def hittable_blocks(num_tokens: int, block_size: int) -> int:
 def full_blocks(token_ids: Sequence[int], block_size: int) -> list[tuple[int, ...]]:
     """The token ids of every full block of a prompt (a partial last block is left out)."""
     return [tuple(token_ids[start:start + block_size]) for start in range(0, len(token_ids) - block_size + 1, block_size)]
+
+
+class BlockChain(NamedTuple):
+    """A prompt's full blocks and their chain hashes, computed once and handed to a pool that would hash them."""
+
+    blocks: list[tuple[int, ...]]
+    hashes: list[bytes]
 
 
 def chain_hashes(blocks: Sequence[tuple[int, ...]], hash_algo: str = "sha256", cache_salt: str | None = None) -> list[bytes]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from lab.checks import positive_int
 from lab.core.block_hash import (  # noqa: F401
     HASH_FUNCTIONS,
+    BlockChain,
     block_hashes,
     blocks_needed,
     chain_hashes,
@@ -102,7 +103,7 @@ class PrefixCache:
         return len(self._longest_hit(hashes, blocks))
 
     def allocate(self, request_id: str, token_ids: Sequence[int], cache_salt: str | None = None,
-                 chain: tuple[list[tuple[int, ...]], list[bytes]] | None = None) -> int:
+                 chain: BlockChain | None = None) -> int:
         """Give a request blocks for its prompt; returns how many prompt tokens come from cache. `chain`: the
         prompt's full blocks and their hashes (this pool's `hash_algo`, the salt), for a caller that has them."""
         if request_id in self.tables:

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from lab.checks import number_in, positive_int
-from lab.experiments.measure import run_workload, summarize
+from lab.experiments.measure import run_workload
 from lab.serving.engine import make_llm
 
 # The A100 projection of notebook 05: Llama-2-7b-chat in bf16 on one A100 80GB.
@@ -125,7 +125,7 @@ def warm_engine(model_path: str, caching: bool, block_size: int | None, prompts:
 def reuse_runs(model_path: str | None, prompts_by_name: dict[str, list[list[int]]], *, block_size: int | None,
                max_tokens: int, repeats: int = 3, progress: bool = True) -> pd.DataFrame:
     """Every run of `reuse_gain`'s measurement, a row per workload, repeat and setting (`reuse`: False with a
-    cache_salt per request, nothing reused) with its summary (lab.experiments.measure.summarize)."""
+    cache_salt per request, nothing reused) with its summary (lab.experiments.measure.WorkloadRun.summary)."""
     from tqdm.auto import tqdm
 
     positive_int("repeats", repeats)
@@ -135,8 +135,8 @@ def reuse_runs(model_path: str | None, prompts_by_name: dict[str, list[list[int]
     rows = []
     for r, name, reuse in tqdm(runs, desc="reuse off / on", disable=not progress, leave=False):
         llm.reset_prefix_cache()
-        summary = summarize(run_workload(llm, prompts_by_name[name], max_tokens=max_tokens, mode="offline",
-                                         progress=False, salt_each=None if reuse else "baseline"))
+        summary = run_workload(llm, prompts_by_name[name], max_tokens=max_tokens, mode="offline", progress=False,
+                               salt_each=None if reuse else "baseline").summary()
         rows.append({"workload": name, "repeat": r, "reuse": reuse, **summary.to_dict()})
     return pd.DataFrame(rows)
 
@@ -184,7 +184,7 @@ def zero_hit_runs(model_path: str, prompts: list[list[int]], *, pairs: int, bloc
     runs = [(pair, caching) for pair in range(pairs) for caching in ((False, True) if pair % 2 == 0 else (True, False))]
     for pair, caching in tqdm(runs, desc="zero-hit runs", disable=not progress, leave=False):
         llm = warm_engine(model_path, caching, block_size, prompts, max_tokens)
-        summary = summarize(run_workload(llm, prompts, max_tokens=max_tokens, mode="offline", progress=False))
+        summary = run_workload(llm, prompts, max_tokens=max_tokens, mode="offline", progress=False).summary()
         rows.append({"pair": pair, "caching": "on" if caching else "off", "requests_per_s": summary["requests_per_s"],
                      "mean_ttft_ms": summary["mean_ttft_ms"], "hit_rate": summary["hit_rate"]})
     return pd.DataFrame(rows)

@@ -223,7 +223,7 @@ def calibrate(model_path: str | None = None, block_size: int | None = None, prog
         llm.reset_prefix_cache()
         if shared:
             run_workload(llm, [prompts[0][:shared] + [prompts[0][0]]], max_tokens=1, progress=False)
-        batches.append(run_workload(llm, prompts, max_tokens=outputs, progress=False))
+        batches.append(run_workload(llm, prompts, max_tokens=outputs, progress=False).rows)
     return fit(batches, vllm_internals.tuning(llm, "max_num_batched_tokens"), vllm_internals.tuning(llm, "max_num_seqs"))
 
 

