@@ -5,7 +5,7 @@ import importlib.util
 import pytest
 
 from lab.core.model import ensure_model
-from lab.experiments import capacity
+from lab.experiments.a100 import a100_projection
 from lab.serving import vllm_internals
 
 
@@ -27,7 +27,7 @@ def test_vllm_picks_256_sequences_on_an_a100():
     a100 = vllm_internals.gpu_batch_defaults("NVIDIA A100-SXM4-80GB", 80)
     assert a100["LLM_CLASS"]["max_num_seqs"] == a100["OPENAI_API_SERVER"]["max_num_seqs"] == 256
     batch = a100["OPENAI_API_SERVER"]["max_num_seqs"]
-    one, two = (capacity.a100_projection([100] * n, [0] * n, [8] * n)["decode_s"] for n in (batch, batch + 1))
+    one, two = (a100_projection([100] * n, [0] * n, [8] * n)["decode_s"] for n in (batch, batch + 1))
     assert two == 2 * one, "the A100 projection decodes vLLM's own batch limit per step, and one request more in two"
     h100 = vllm_internals.gpu_batch_defaults("NVIDIA H100 80GB HBM3", 80)
     assert h100["LLM_CLASS"]["max_num_seqs"] > 256, "the name matters: an H100 of the same memory gets more"

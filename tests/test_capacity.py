@@ -8,15 +8,9 @@ import pytest
 
 from lab.core.model import tokenizer_for
 from lab.core.prefix_cache import PrefixCache
-from lab.experiments.capacity import (
-    a100_curve,
-    amdahl_bound,
-    capacity,
-    hit_rate_for,
-    ratio_interval,
-    spread_name,
-    zero_hit_runs,
-)
+from lab.experiments.a100 import a100_curve
+from lab.experiments.capacity import capacity, ratio_interval, spread_name
+from lab.experiments.gains import amdahl_bound, hit_rate_for, zero_hit_runs
 from lab.experiments.generators import shared_fraction_prompts
 
 BLOCK = 32
@@ -108,7 +102,7 @@ def test_the_rate_search_finds_a_threshold_from_any_bracket():
 
 
 def test_the_fastest_runs_make_the_table_and_each_repeat_keeps_its_own_gain():
-    from lab.experiments.capacity import fastest_gain, repeat_gains
+    from lab.experiments.gains import fastest_gain, repeat_gains
 
     runs = pd.DataFrame([{"workload": "w", "repeat": r, "reuse": reuse, "requests_per_s": rps, "mean_ttft_ms": ttft,
                           "hit_rate": 0.75 if reuse else 0.0}

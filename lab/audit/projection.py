@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from lab.experiments.capacity import amdahl_bound
 from lab.experiments.cost_model import CostModel
+from lab.experiments.gains import amdahl_bound
 from lab.experiments.verdict import Spread, Verdict, within_tolerance
 
 TOLERANCE = 0.15  # how close to the engine a projection must come to be called right
@@ -99,7 +99,7 @@ def confirm_on_engine(token_ids: Sequence[Sequence[int]], model: str | None, blo
     """A short measured run on the real vLLM engine: the first `sample` prompts in order, submitted at once, with a
     cache_salt per request (the baseline: nothing reused) and without, `pairs` times in alternating order on one
     warmed engine, its cache emptied before every run, so that drift in the machine's speed falls on both."""
-    from lab.experiments.capacity import warm_engine
+    from lab.experiments.gains import warm_engine
     from lab.experiments.measure import run_workload
 
     if pairs < 1:

@@ -24,7 +24,7 @@ from lab import PROJECT_ROOT
 from lab.core.model import MODELS_DIR, describe_model
 from lab.experiments import article
 from lab.experiments.block_sizes import recommend_block_size
-from lab.experiments.capacity import amdahl_bound
+from lab.experiments.gains import amdahl_bound
 from lab.experiments.results import CANONICAL_DIR, hardware_line, load_latest, write_atomically
 from lab.tools.benchmark_report import benchmark_rows
 from lab.tools.report_contexts import (
