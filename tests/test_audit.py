@@ -175,7 +175,7 @@ def test_a_measured_gain_is_quoted_with_its_range_never_alone():
 def test_the_routing_advice_says_why():
     import pandas as pd
 
-    from lab.audit.fleet import _reason, _recommend
+    from lab.audit.routing_advice import _reason, _recommend
 
     table = pd.DataFrame({"policy": ["random", "cache_aware", "consistent_hash"],
                           "fleet_hit_rate": [0.60, 0.602, 0.75], "imbalance": [1.1, 1.2, 2.4]})

@@ -46,7 +46,7 @@ def test_the_audit_benchmark_writes_a_timestamped_log_out_of_order_and_records_i
     import gzip
     import json
 
-    from lab.audit.bench import main as audit_bench
+    from lab.audit.scale_bench import main as audit_bench
     from lab.experiments.results import load_latest
 
     log = tmp_path / "log.jsonl.gz"

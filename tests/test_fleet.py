@@ -3,6 +3,7 @@ behind the real vllm-router, counted, switched between policies, stopped clean) 
 nbval runs in CI."""
 
 import os
+import sys
 
 import pytest
 
@@ -31,7 +32,7 @@ def test_more_cpu_replicas_than_cores_is_refused(monkeypatch):
 
 
 def test_a_missing_router_says_how_to_install_it(monkeypatch, tmp_path):
-    monkeypatch.setattr(lab.serving.fleet.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ImportError, match=r"vllm-router is not installed .* `pip install vllm-router==0.1.17`"):
         Fleet()

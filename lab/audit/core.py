@@ -35,13 +35,13 @@ import pandas as pd
 
 from lab.audit.breakers import Breakers, breakers_in
 from lab.audit.fields import Divergence, Field, breaking_fields, move_line_to_end, where_prompts_diverge
-from lab.audit.fleet import FleetAdvice, SaltCost, fleet_policies
 from lab.audit.misses import Misses, attribute
 from lab.audit.piece_tokens import TokenEncoder
 from lab.audit.projection import Confirmation, Projection, confirm_on_engine, project
 from lab.audit.prompts import encode, load_tokenizer
 from lab.audit.replay import check_capacity, radix_hit_rate
 from lab.audit.result import AuditResult, PromptLengths
+from lab.audit.routing_advice import FleetAdvice, SaltCost, fleet_policies
 from lab.audit.settings import AuditSettings
 from lab.audit.timeline import Timeline, timeline
 from lab.audit.trace import Trace, read_trace

@@ -9,8 +9,8 @@ import pandas as pd
 
 from lab.audit.breakers import Breakers
 from lab.audit.fields import Divergence, Field
-from lab.audit.fleet import FleetAdvice, SaltCost
 from lab.audit.projection import Confirmation, Projection
+from lab.audit.routing_advice import FleetAdvice, SaltCost
 
 
 @dataclass

@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from lab import PROJECT_ROOT
-from lab.audit.bench import PeakMemory, peak_rss_gib
 from lab.audit.block_trace import capacity_curve, read_block_trace
+from lab.audit.scale_bench import PeakMemory, peak_rss_gib
 from lab.audit.settings import AuditSettings
 from lab.audit.trace_audit import audit_trace
 from lab.experiments.results import environment, hardware_line, save_results

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,25 +28,9 @@ from lab.core.block_hash import blocks_needed
 from lab.serving.backend import backend
 from lab.serving.client import openai_client
 from lab.serving.engine_settings import check_block_size, model_config, resolve_model
-from lab.serving.processes import ManagedProcess, ManagedService, executable_beside_python, free_port
+from lab.serving.processes import free_port
+from lab.serving.router import Router, check_policy, router_executable
 from lab.serving.server import SERVED_MODEL_NAME, VLLMServer
-
-ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
-                   "sticky_least_loaded")  # vllm-router 0.1.20's --policy choices
-ROUTER_HINT = "install it with `pip install vllm-router==0.1.17` (it is in requirements.txt; `make test` sets it up)"
-
-
-def router_executable() -> str:
-    """The `vllm-router` launcher beside this Python, or on PATH."""
-    found = executable_beside_python("vllm-router")
-    if not found:
-        raise ImportError(f"vllm-router is not installed for this Python ({sys.executable}); {ROUTER_HINT}")
-    return found
-
-
-def check_policy(policy: Any) -> None:
-    if policy not in ROUTER_POLICIES:
-        raise ValueError(f"policy={policy!r}: vllm-router's policies are {', '.join(ROUTER_POLICIES)}")
 
 
 def check_fleet(replicas: Any, policy: Any, kv_blocks: Any, block_size: int, max_model_len: int) -> None:
@@ -63,36 +46,6 @@ def check_fleet(replicas: Any, policy: Any, kv_blocks: Any, block_size: int, max
         raise ValueError(f"kv_blocks={kv_blocks} x block_size={block_size} = {kv_blocks * block_size} tokens cannot "
                          f"hold one prompt of max_model_len={max_model_len}: use kv_blocks >= "
                          f"{blocks_needed(max_model_len, block_size)}, or pass a smaller max_model_len in engine_args")
-
-
-@dataclass(eq=False)
-class Router(ManagedService):
-    """The real `vllm-router` in front of `worker_urls`."""
-
-    worker_urls: Sequence[str]
-    policy: str = "cache_aware"
-    args: Sequence[str] = ()  # further router flags, passed as they are
-    host: str = "127.0.0.1"
-    port: int | None = None
-    startup_timeout_s: float = 120.0
-
-    def __post_init__(self) -> None:
-        self.port = self.port or free_port(self.host)
-        self.managed = ManagedProcess("vllm-router", self.command(), f"{self.url}/health", log_prefix="vllm-router-")
-
-    def command(self) -> list[str]:
-        return [router_executable(), "--host", self.host, "--port", str(self.port), "--policy", self.policy,
-                "--prometheus-port", str(free_port(self.host)), "--worker-urls", *self.worker_urls, *self.args]
-
-    def start(self) -> Router:
-        self.managed.start(self.startup_timeout_s)
-        return self
-
-    def stop(self) -> None:
-        self.managed.stop(timeout_s=10.0)
-
-    def log_tail(self, lines: int = 40) -> str:
-        return self.managed.log_tail(lines)
 
 
 @dataclass(eq=False)

@@ -243,7 +243,7 @@ def _confirmation(bot: pd.Series) -> dict:
 
 
 def _bench_audit(prompts: int) -> dict | None:
-    """One `python -m lab.audit.bench` run: its size, seconds, peak memory and seconds per stage."""
+    """One `python -m lab.audit.scale_bench` run: its size, seconds, peak memory and seconds per stage."""
     stages, meta = _latest_or_none(f"bench_audit-{prompts}")
     if stages is None:
         return None

@@ -1,6 +1,6 @@
 """The audit at scale (a benchmark, not a test): `python -m lab.audit` on a generated log of N prompts.
 
-    python -m lab.audit.bench [--prompts 100000] [--log PATH]
+    python -m lab.audit.scale_bench [--prompts 100000] [--log PATH]
 
 The log: customer-service prompts of about 1,000 tokens (lab.experiments.generators.customer_service), gzipped
 JSONL, from three sources (the bot's three stages) whose timestamps interleave, written out of time order, with
@@ -98,7 +98,7 @@ def run(prompts: int, log: Path | None, kv_tokens: int, replicas: int, workers: 
     log = log or audit_dir() / f"bench-log-{prompts}.jsonl.gz"
     if not log.is_file():
         log.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "lab.audit.bench", "--write-log", str(log), "--prompts", str(prompts)],
+        subprocess.run([sys.executable, "-m", "lab.audit.scale_bench", "--write-log", str(log), "--prompts", str(prompts)],
                        check=True)
     start = time.perf_counter()
     with PeakMemory() as memory:
@@ -126,7 +126,7 @@ def run(prompts: int, log: Path | None, kv_tokens: int, replicas: int, workers: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.audit.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lab.audit.scale_bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=100_000)
     parser.add_argument("--log", type=Path, help="audit this log instead of the generated one")
     parser.add_argument("--kv-tokens", type=int, default=AuditSettings().kv_tokens)
