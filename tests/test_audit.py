@@ -24,18 +24,8 @@ def timestamped(i: int) -> str:
     return f"Current time: 2026-11-30 09:{i // 60:02d}:{i % 60:02d}\nYou are a support assistant.\n{SHARED}\nQuestion: {question}"
 
 
-def write_jsonl(path, records):
-    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
-    return path
-
-
 @pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer(None)
-
-
-@pytest.fixture(scope="module")
-def timestamp_audit(tmp_path_factory):
+def timestamp_audit(tmp_path_factory, write_jsonl):
     path = write_jsonl(tmp_path_factory.mktemp("audit") / "timestamped.jsonl",
                        [{"prompt": timestamped(i), "tenant": f"t{i % 3}"} for i in range(60)])
     return audit(path, replicas=2, kv_tokens=40_000, progress=False)
@@ -73,7 +63,7 @@ def test_the_summary_hit_rates_are_prefix_cache_replays(timestamp_audit, tok, tm
     assert write_report(timestamp_audit, tmp_path)[0] != page, "a second report never overwrites the first"
 
 
-def test_prompts_that_share_their_start_have_no_field_to_move(tmp_path):
+def test_prompts_that_share_their_start_have_no_field_to_move(tmp_path, write_jsonl):
     """(The real engine's confirmation is checked against the replay in notebooks/20_your_workload.ipynb.)"""
     rng = random.Random(0)
     path = write_jsonl(tmp_path / "shared.jsonl",
@@ -88,7 +78,7 @@ def test_values_are_named_by_what_they_look_like():
         ["timestamp", "identifier", "number", "name", "text"]
 
 
-def test_chat_records_use_the_chat_template(tmp_path, tok):
+def test_chat_records_use_the_chat_template(tmp_path, tok, write_jsonl):
     path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "Where is my parcel?"}]}])
     prompts = read_prompts(path, tok, progress=False)
     rendered = tok.apply_chat_template([{"role": "user", "content": "Where is my parcel?"}], tokenize=False,
@@ -103,13 +93,13 @@ def test_chat_records_use_the_chat_template(tmp_path, tok):
     ([{"prompt": "word " * 6000}], r"bad.jsonl:1: \d+ tokens, longer than the model's context of 4096"),
     ([{"prompt": "hello", "arrival_s": "soon"}], r"bad.jsonl:1: 'arrival_s' must be a number"),
 ])
-def test_bad_input_names_the_file_the_line_and_a_fix(tmp_path, tok, lines, message):
+def test_bad_input_names_the_file_the_line_and_a_fix(tmp_path, tok, lines, message, write_jsonl):
     path = write_jsonl(tmp_path / ("empty.jsonl" if not lines else "bad.jsonl"), lines)
     with pytest.raises(AuditInputError, match=message):
         read_prompts(path, tok, progress=False)
 
 
-def test_skip_bad_audits_the_good_lines_and_counts_the_rest(tmp_path, tok):
+def test_skip_bad_audits_the_good_lines_and_counts_the_rest(tmp_path, tok, write_jsonl):
     path = write_jsonl(tmp_path / "mixed.jsonl", ['{"prompt": "one"}', "oops", '{"nothing": 1}', '{"prompt": "two"}'])
     prompts = read_prompts(path, tok, skip_bad=True, progress=False)
     assert prompts.lines == [1, 4] and len(prompts.skipped) == 2 and "mixed.jsonl:2" in prompts.skipped[0]
@@ -122,7 +112,7 @@ def test_a_tokenizer_that_cannot_load_and_a_missing_file_are_named(tmp_path, cap
     assert "missing.jsonl: no such file" in capsys.readouterr().err
 
 
-def test_a_kv_capacity_smaller_than_a_prompt_is_refused(tmp_path):
+def test_a_kv_capacity_smaller_than_a_prompt_is_refused(tmp_path, write_jsonl):
     path = write_jsonl(tmp_path / "long.jsonl", [{"prompt": timestamped(0)}])
     with pytest.raises(AuditInputError, match=r"kv_tokens=500 cannot hold .*long.jsonl:1"):
         audit(path, kv_tokens=500, progress=False)
@@ -186,7 +176,7 @@ def test_the_routing_advice_says_why():
     assert "random keep as many hits" in reason
 
 
-def test_a_log_is_replayed_in_the_order_its_timestamps_give(tmp_path, tok):
+def test_a_log_is_replayed_in_the_order_its_timestamps_give(tmp_path, tok, write_jsonl):
     """ISO 8601 or epoch seconds, in any order in the file: the replay follows the clock."""
     lines = [{"prompt": "third", "timestamp": "2026-12-01T09:00:03Z"},
              {"prompt": "first", "timestamp": 1_764_579_601},  # 2026-12-01T09:00:01Z
@@ -198,7 +188,7 @@ def test_a_log_is_replayed_in_the_order_its_timestamps_give(tmp_path, tok):
                      progress=False)
 
 
-def test_a_gzipped_log_reads_as_the_plain_one(tmp_path, tok):
+def test_a_gzipped_log_reads_as_the_plain_one(tmp_path, tok, write_jsonl):
     import gzip
 
     lines = [{"prompt": "one"}, {"messages": [{"role": "user", "content": "two"}]}]
@@ -208,7 +198,7 @@ def test_a_gzipped_log_reads_as_the_plain_one(tmp_path, tok):
     assert read_prompts(packed, tok, progress=False).token_ids == read_prompts(plain, tok, progress=False).token_ids
 
 
-def test_a_parquet_log_reads_as_the_jsonl_one(tmp_path, tok):
+def test_a_parquet_log_reads_as_the_jsonl_one(tmp_path, tok, write_jsonl):
     """Rows as lines: prompts or chat messages (a list of structs), a timestamp column that orders them, tenants;
     a row with a bad field is named by its row number."""
     from datetime import UTC, datetime
@@ -236,7 +226,7 @@ def test_a_parquet_log_reads_as_the_jsonl_one(tmp_path, tok):
         read_prompts(tmp_path / "not.parquet", tok, progress=False)
 
 
-def test_a_chats_tools_go_to_the_template_as_the_server_sends_them(tmp_path, tok):
+def test_a_chats_tools_go_to_the_template_as_the_server_sends_them(tmp_path, tok, write_jsonl):
     messages = [{"role": "user", "content": "Weather in Paris?"}]
     tools = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
     prompts = read_prompts(write_jsonl(tmp_path / "tools.jsonl", [{"messages": messages, "tools": tools}]), tok,

@@ -29,16 +29,6 @@ LATEST_REASONING_TEMPLATE = (  # shows only the latest assistant turn's reasonin
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
 
 
-def write_jsonl(path, records):
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer(None)
-
-
 @pytest.fixture(scope="module")
 def model_with_template(tmp_path_factory):
     """`model_with_template(template)`: the lab's tiny model with another chat template (a local model directory)."""
@@ -106,7 +96,7 @@ def stripped(content):
 
 # --- each breaker -------------------------------------------------------------------------------------------
 
-def test_passages_in_score_order_are_put_in_a_stable_order(tmp_path, tok):
+def test_passages_in_score_order_are_put_in_a_stable_order(tmp_path, tok, write_jsonl):
     """The generator's two variants: retrieval order, and the same requests sorted by id (the rewrite by hand)."""
     records = rag(150, num_documents=8)
     log = write_jsonl(tmp_path / "rag.jsonl", [{"prompt": r["prompt"]} for r in records if r["variant"] == "retrieval_order"])
@@ -117,7 +107,7 @@ def test_passages_in_score_order_are_put_in_a_stable_order(tmp_path, tok):
     assert found_in(by_hand, tok).recommendations == [], "passages already in one order: nothing to change"
 
 
-def test_the_issues_rag_chat_log_gets_the_stable_order_with_its_replayed_gain(tmp_path, tok):
+def test_the_issues_rag_chat_log_gets_the_stable_order_with_its_replayed_gain(tmp_path, tok, write_jsonl):
     """Chat requests, passages as `[doc N]` lines in the user message, two tenants, timestamps out of file order:
     the audit's verdict names the fix, with the gain a replay of the sorted log gives."""
     log = write_jsonl(tmp_path / "rag_chat.jsonl", rag_chat())
@@ -153,7 +143,7 @@ def tools_log(count=90, seed=0, stable=False):
     return records
 
 
-def test_tools_in_varying_order_are_sorted(tmp_path, model_with_template):
+def test_tools_in_varying_order_are_sorted(tmp_path, model_with_template, write_jsonl):
     model = model_with_template(TOOLS_TEMPLATE)
     tok = load_tokenizer(model)
     log, by_hand = write_jsonl(tmp_path / "tools.jsonl", tools_log()), write_jsonl(tmp_path / "sorted.jsonl", tools_log(stable=True))
@@ -162,7 +152,7 @@ def test_tools_in_varying_order_are_sorted(tmp_path, model_with_template):
     assert "orders that contradict" in best.found and "keys in different orders" in best.found
 
 
-def test_a_fix_the_template_does_not_render_is_never_recommended(tmp_path, tok):
+def test_a_fix_the_template_does_not_render_is_never_recommended(tmp_path, tok, write_jsonl):
     """The lab's template ignores tools: sorting them changes no token, so there is nothing to recommend."""
     found = found_in(write_jsonl(tmp_path / "tools.jsonl", tools_log()), tok)
     assert found.recommendations == []
@@ -180,7 +170,7 @@ def stamped_chat(count=60, seed=0, moved=False):
     return records
 
 
-def test_a_timestamp_in_the_system_message_moves_to_the_last_message(tmp_path, tok):
+def test_a_timestamp_in_the_system_message_moves_to_the_last_message(tmp_path, tok, write_jsonl):
     log = write_jsonl(tmp_path / "stamped.jsonl", stamped_chat())
     best = check_gain(found_in(log, tok), "leading_field", log,
                       write_jsonl(tmp_path / "moved.jsonl", stamped_chat(moved=True)), tok)
@@ -198,7 +188,7 @@ def reasoning_chats(keep="all", count=16, turns=5):
     return [{"messages": r["messages"]} for r in records]
 
 
-def test_history_rewritten_by_the_client_is_kept_as_sent(tmp_path, tok):
+def test_history_rewritten_by_the_client_is_kept_as_sent(tmp_path, tok, write_jsonl):
     """The client strips earlier turns' reasoning, keeping only the latest: each turn stops sharing at the turn it
     rewrote. Kept as sent, every turn extends the one before."""
     log = write_jsonl(tmp_path / "rewritten.jsonl", reasoning_chats(keep="latest"))
@@ -207,7 +197,7 @@ def test_history_rewritten_by_the_client_is_kept_as_sent(tmp_path, tok):
     assert "reasoning" in best.caveat
 
 
-def test_history_cut_at_the_front_is_kept_whole(tmp_path, tok):
+def test_history_cut_at_the_front_is_kept_whole(tmp_path, tok, write_jsonl):
     """The client sends the system message and the last four messages only."""
     whole = [{"messages": r["messages"]} for r in chat_messages(16, seed=4, turns=6)]
     cut = [{"messages": r["messages"][:1] + r["messages"][1:][-4:]} for r in whole]
@@ -216,7 +206,7 @@ def test_history_cut_at_the_front_is_kept_whole(tmp_path, tok):
     assert best.found.endswith("cut off the front")
 
 
-def test_a_template_that_rewrites_history_is_met_by_stripping_reasoning(tmp_path, model_with_template):
+def test_a_template_that_rewrites_history_is_met_by_stripping_reasoning(tmp_path, model_with_template, write_jsonl):
     """The template shows only the latest turn's reasoning: the messages extend each other, the prompts do not."""
     tok = load_tokenizer(model_with_template(LATEST_REASONING_TEMPLATE))
     log = write_jsonl(tmp_path / "reasoning.jsonl", reasoning_chats(keep="all"))
@@ -225,7 +215,7 @@ def test_a_template_that_rewrites_history_is_met_by_stripping_reasoning(tmp_path
     assert "history_rewritten" not in {r.breaker for r in found.recommendations}, "the client sent the history unchanged"
 
 
-def test_whitespace_written_differently_is_normalised(tmp_path, tok):
+def test_whitespace_written_differently_is_normalised(tmp_path, tok, write_jsonl):
     """A template engine that leaves a trailing space on some lines, differently per request."""
     rng = random.Random(5)
     lines = ["You are the support assistant."] + [text_of_tokens(rng, 40, "policy") for _ in range(8)]
@@ -241,7 +231,7 @@ def test_whitespace_written_differently_is_normalised(tmp_path, tok):
 # --- no false advice, and the ranking -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["shared_system", "chat", "rag_sorted"])
-def test_a_clean_log_gets_no_advice(tmp_path, tok, name):
+def test_a_clean_log_gets_no_advice(tmp_path, tok, name, write_jsonl):
     rng = random.Random(0)
     shared = text_of_tokens(rng, 400, "policy")
     records = {"shared_system": [{"prompt": f"{shared}\nQuestion {i}: {text_of_tokens(rng, 30, 'all')}"} for i in range(40)],
@@ -252,7 +242,7 @@ def test_a_clean_log_gets_no_advice(tmp_path, tok, name):
     assert "prefix-breakers: no fix found" in terminal_summary(result)
 
 
-def test_several_breakers_are_ranked_each_on_top_of_the_ones_above(tmp_path, tok):
+def test_several_breakers_are_ranked_each_on_top_of_the_ones_above(tmp_path, tok, write_jsonl):
     """A timestamp in front hides what ordering the passages behind it gains; both are found and ranked, and the
     last one's hit rate is a replay of the log with both fixed by hand."""
     def log(fixed: bool):

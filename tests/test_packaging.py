@@ -87,10 +87,21 @@ def test_the_lock_leaves_out_what_the_conda_environment_takes_out():
     assert "python -m lab.core.model" in environment
 
 
-def test_make_setup_installs_the_lock_with_hashes_and_no_resolution():
-    makefile = (PROJECT_ROOT / "Makefile").read_text()
-    assert "pip install --quiet --no-deps --require-hashes $(addprefix -r ,$(LOCK))" in makefile
-    assert "LOCK := requirements-lock-$(VLLM_FLAVOUR).txt requirements-lock-dev.txt" in makefile
+def test_the_environment_make_setup_built_holds_exactly_the_locked_versions():
+    from importlib.metadata import PackageNotFoundError, version
+
+    from lab.tools.lock import LEFT_OUT
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    locked = hashed_pins("requirements-lock-cpu.txt") | hashed_pins("requirements-lock-dev.txt")
+    wrong = {name: (pinned, installed(name)) for name, pinned in locked.items() if installed(name) != pinned}
+    assert not wrong, f"package: (locked, installed): {wrong}"
+    assert not [name for name in LEFT_OUT if installed(name)], "the lock leaves these out"
 
 
 def test_a_lock_refuses_tools_that_move_a_runtime_pin():

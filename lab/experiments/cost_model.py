@@ -24,9 +24,13 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+# What runs an engine, builds prompts or touches results files is imported inside the functions that do so: the audit
+# imports this module for its arithmetic alone, and those modules bring torch (seconds at start-up) with them.
 
 TERMS = ("fixed", "per_sequence", "per_token", "per_attention")  # per step; attention in thousands of token pairs
 
@@ -229,8 +233,6 @@ def calibrate(model_path: str | None = None, block_size: int | None = None, prog
 
 def results_name(model_path: str | None = None) -> str:
     """The results name a fit is saved under: one per model and back-end."""
-    from pathlib import Path
-
     from lab.serving.backend import backend
     from lab.serving.engine_settings import resolve_model
 
