@@ -30,6 +30,7 @@ from lab.serving.processes import (
     free_port,
     port_in_use,
 )
+from lab.tools.runner import all_notebooks
 from lab.tools.workshop import COURSE_DIR, build_course
 
 
@@ -143,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         # a taken port is named before the copies are built
         lab = JupyterLab(root=COURSE_DIR, port=args.port, host=args.host, **token)
         print(f"your copies of the lessons, the exercises without their solutions: {COURSE_DIR}")
-        build_course()
+        first, *rest = all_notebooks()
+        build_course(notebooks=[first])  # the first lesson, then JupyterLab opens on it while the rest are built
         lab.start()
     except (OSError, ServerStartError) as error:
         print(f"JupyterLab could not start: {error}", file=sys.stderr)
@@ -156,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         print("no browser could be opened on this machine: copy the address above into a browser (on a remote "
               "machine, forward the port first: ssh -L PORT:127.0.0.1:PORT host)")
     try:
+        if build_course(notebooks=rest, progress=True):
+            print("every lesson's copy is ready (refresh JupyterLab's file browser to see the new ones)")
         lab.process.wait()
     except KeyboardInterrupt:
         pass

@@ -90,15 +90,32 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def build_course(out: Path = COURSE_DIR, notebooks: list[Path] | None = None) -> list[Path]:
+def grader_below_the_lesson(path: Path) -> None:
+    """otter puts its "Initialize Otter" cell first, above the lesson's title: move it to the top of the
+    exercises, which are the only cells that use it (they run on their own, below the lesson)."""
+    nb = nbformat.read(path, as_version=4)
+    init = next((c for c in nb.cells if c.cell_type == "code" and c.source.startswith("# Initialize Otter")), None)
+    exercises = next((c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## Exercises")), None)
+    if init is None or exercises is None:
+        return
+    nb.cells.remove(init)
+    nb.cells.insert(nb.cells.index(exercises) + 1, init)
+    nbformat.write(nb, path)
+
+
+def build_course(out: Path = COURSE_DIR, notebooks: list[Path] | None = None, progress: bool = False) -> list[Path]:
     """The learner's copies of the lessons: each exercise's answer cell holds `...`, its check reads
     `grader.check(...)`, and no solution is inside. A copy is (re)written when it is missing, or when its lesson
-    changed and the learner has not edited the copy; an edited copy is kept, with a note. Returns what it wrote."""
+    changed and the learner has not edited the copy; an edited copy is kept, with a note. Returns what it wrote.
+    `progress`: a bar over the lessons (a first build takes a few seconds a lesson)."""
+    from tqdm.auto import tqdm
+
     out.mkdir(parents=True, exist_ok=True)
     record_path = out / GENERATED
     record = json.loads(record_path.read_text()) if record_path.exists() else {}
     written = []
-    for notebook in notebooks or all_notebooks():
+    lessons = notebooks or all_notebooks()
+    for notebook in tqdm(lessons, desc="your copies of the lessons", unit="lesson", disable=not progress):
         target, source_digest = out / notebook.name, _digest(notebook)
         entry = record.get(notebook.name, {})
         if target.exists() and entry.get("source") == source_digest:
@@ -109,6 +126,8 @@ def build_course(out: Path = COURSE_DIR, notebooks: list[Path] | None = None) ->
         with tempfile.TemporaryDirectory(prefix="course-") as tmp:
             student = assign(notebook, Path(tmp))[0] if has_exercises(notebook) else notebook
             shutil.copy(student, target)
+        if student is not notebook:
+            grader_below_the_lesson(target)
         record[notebook.name] = {"source": source_digest, "copy": _digest(target)}
         written.append(target)
     record_path.write_text(json.dumps(record, indent=1))
