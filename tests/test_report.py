@@ -16,9 +16,11 @@ from lab.experiments.capacity import CapacityColumns, capacity_frame, capacity_r
 from lab.experiments.results import CANONICAL_DIR, environment, save_results
 from lab.tools.readme_report import (
     HEADLINE,
+    LESSON_TIMES,
     NOTEBOOKS,
     SUMMARY,
     headline_section,
+    lesson_times_section,
     notebooks_section,
     results_context,
     results_section,
@@ -106,6 +108,10 @@ def report_files(tmp_path, monkeypatch) -> tuple:
                        f"{lab.tools.readme_report.END}\ntail\n")
     monkeypatch.setattr(lab.tools.readme_report, "README", readme)
     monkeypatch.setattr(lab.tools.readme_report, "RESULTS", results)
+    for name, markers in (("TESTING", lab.tools.readme_report.BENCHMARKS), ("WORKSHOP", LESSON_TIMES)):
+        copy = tmp_path / f"{name}.md"  # never the repository's own files
+        copy.write_text(f"before\n{markers[0]}\nold\n{markers[1]}\nafter\n")
+        monkeypatch.setattr(lab.tools.readme_report, name, copy)
     return readme, results
 
 
@@ -153,6 +159,19 @@ def test_the_committed_reports_are_what_the_canonical_results_render(monkeypatch
     markers = (lab.tools.readme_report.START, lab.tools.readme_report.END)
     assert between(results_md, markers) == lab.tools.readme_report.render("results.md.j2", context)
     assert between(results_md, NOTEBOOKS) == notebooks_section(), "the notebooks table is every notebook's title cell"
+
+
+def test_the_workshops_lesson_times_are_the_executed_copies_own(tmp_path):
+    import json
+
+    for name, seconds, stale in (("00_quickstart", 52.4, False), ("01_block_hashing", 19.6, True)):
+        lab_meta = {"run": f"{name}-full-20261202T000000", "profile": "full", "ok": True} | ({"stale": {}} if stale else {})
+        (tmp_path / f"{name}.ipynb").write_text(json.dumps(
+            {"cells": [], "metadata": {"papermill": {"duration": seconds}, "lab": lab_meta}}))
+    text = lesson_times_section(tmp_path)
+    assert "72 s in all" in text and re.search(r"`00_quickstart`\s*\|\s*52\s*\|", text), text
+    assert "`01_block_hashing-full-20261202T000000` (its lesson changed since)" in text
+    assert "`00_quickstart-full-20261202T000000` " in text and "00_quickstart-full-20261202T000000` (its" not in text
 
 
 def test_the_notebooks_table_is_every_notebook_and_its_title_cell():

@@ -51,6 +51,9 @@ HEADLINE = ("<!-- headline:start -->", "<!-- headline:end -->")  # README.md: th
 SUMMARY = ("<!-- summary:start -->", "<!-- summary:end -->")  # README.md: the headline results, a few lines
 NOTEBOOKS = ("<!-- notebooks:start -->", "<!-- notebooks:end -->")  # docs/RESULTS.md: the course's notebooks
 BENCHMARKS = ("<!-- benchmarks:start -->", "<!-- benchmarks:end -->")  # docs/TESTING.md: the canonical benchmarks
+WORKSHOP = PROJECT_ROOT / "WORKSHOP.md"
+LESSON_TIMES = ("<!-- lesson-times:start -->", "<!-- lesson-times:end -->")  # WORKSHOP.md: the canonical run's times
+LESSONS_DIR = PROJECT_ROOT / "docs" / "lessons"
 FIGURES_FROM_RESULTS = "../figures"  # docs/RESULTS.md links the figures relative to docs/
 TEMPLATES = Path(__file__).with_name("templates")
 LABELS = {
@@ -199,6 +202,23 @@ def benchmarks_section() -> str:
             "timed:\n\n" + markdown_table(table))
 
 
+def lesson_times_section(lessons_dir: Path = LESSONS_DIR) -> str:
+    """WORKSHOP.md's seconds per lesson in the full profile, read from the executed copies the canonical run left
+    (papermill's own timing of each; a copy marked older than its lesson says so)."""
+    import json
+
+    rows = []
+    for path in sorted(lessons_dir.glob("*.ipynb")):
+        metadata = json.loads(path.read_text())["metadata"]
+        run = metadata.get("lab", {})
+        rows.append({"notebook": f"`{path.stem}`", "full profile (s)": round(metadata["papermill"]["duration"]),
+                     "run": f"`{run.get('run', '?')}`" + (" (its lesson changed since)" if "stale" in run else "")})
+    table = pd.DataFrame(rows)
+    total = table["full profile (s)"].sum()
+    return (f"The canonical full-profile run, lesson by lesson (seconds to execute every cell, as papermill timed them; "
+            f"{total:,} s in all, {total / 60:.0f} min):\n\n" + markdown_table(table))
+
+
 def between(text: str, markers: tuple[str, str], body: str, name: str) -> str:
     """`text` with what lies between the two markers replaced by `body`; SystemExit when a marker is missing."""
     start, end = markers
@@ -218,11 +238,13 @@ def update_reports() -> None:
     results = between(RESULTS.read_text(), (START, END), render("results.md.j2", context), "docs/RESULTS.md")
     results = between(results, NOTEBOOKS, notebooks_section(), "docs/RESULTS.md")
     testing = between(TESTING.read_text(), BENCHMARKS, benchmarks_section(), "docs/TESTING.md")
+    workshop = between(WORKSHOP.read_text(), LESSON_TIMES, lesson_times_section(), WORKSHOP.name)
+    write_atomically(WORKSHOP, workshop, overwrite=True)
     write_atomically(RESULTS, results, overwrite=True)
     write_atomically(README, readme, overwrite=True)
     write_atomically(TESTING, testing, overwrite=True)
     print(f"updated the headline and summary of {README}, the notebooks and Results sections of {RESULTS} and the "
-          f"benchmarks of {TESTING}")
+          f"benchmarks of {TESTING} and the lesson times of {WORKSHOP}")
 
 
 if __name__ == "__main__":
