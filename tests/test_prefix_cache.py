@@ -1,5 +1,8 @@
 """lab.core.prefix_cache: the contract of vLLM V1's prefix caching, unit by unit and under random operations."""
 
+import math
+
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -276,3 +279,11 @@ def test_a_seed_set_after_import_is_read_as_vllm_reads_it(monkeypatch):
     assert block_hashes(ids, 16, "sha256") == vllm_block_hashes(ids, 16, "sha256")
     monkeypatch.delenv("PYTHONHASHSEED")
     assert none_hash("sha256") == default == hash_function("sha256")(NONE_HASH_SEED)
+
+
+def test_the_token_hit_rate_weighs_requests_by_their_length():
+    from lab.core.block_hash import token_hit_rate
+
+    assert token_hit_rate([0, 90], [10, 90]) == 0.9, "cached over prompt tokens, not the mean of each request's share"
+    assert token_hit_rate(pd.Series([3]), pd.Series([4])) == 0.75
+    assert math.isnan(token_hit_rate([], []))

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from lab.checks import positive_int
-from lab.core.block_hash import chain_hashes, full_blocks, hittable_blocks, kv_blocks
+from lab.core.block_hash import chain_hashes, full_blocks, hittable_blocks, kv_blocks, token_hit_rate
 from lab.core.prefix_cache import PrefixCache
 
 CAUSES: dict[str, str] = {
@@ -73,7 +73,7 @@ class Misses:
 
     @property
     def hit_rate(self) -> float:
-        return float(self.requests.cached_tokens.sum() / self.requests.prompt_tokens.sum())
+        return token_hit_rate(self.requests.cached_tokens, self.requests.prompt_tokens)
 
     def table(self) -> pd.DataFrame:
         """Tokens and share of prompt tokens per cause, with what each means; the cached tokens first."""

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from lab.audit.block_trace import BlockTrace
+from lab.core.block_hash import token_hit_rate
 from lab.core.chain_pool import ChainPool
 
 ROUTING = ("round_robin", "random", "prefix_aware", "prefix_aware_balanced")
@@ -65,16 +66,15 @@ def route(trace: BlockTrace, nodes: int, kv_tokens_per_node: int, policy: str, s
 def fleet_table(trace: BlockTrace, nodes: int, kv_tokens_per_node: int, policies=ROUTING, seed: int = 0) -> pd.DataFrame:
     """Each routing policy over `nodes` local pools, and one pooled cache of all their tokens: the token hit rate,
     the prefill tokens computed, and the busiest node's share of that work against an even share."""
-    total = int(trace.input_tokens.sum())
     rows = []
     for policy in policies:
         routed = route(trace, nodes, kv_tokens_per_node, policy, seed)
         computed = (trace.input_tokens - routed.cached_tokens.to_numpy())
         per_node = pd.Series(computed).groupby(routed.node).sum().reindex(range(nodes), fill_value=0)
-        rows.append({"setup": f"{nodes} local caches, {policy}", "hit_rate": routed.cached_tokens.sum() / total,
+        rows.append({"setup": f"{nodes} local caches, {policy}", "hit_rate": token_hit_rate(routed.cached_tokens, trace.input_tokens),
                      "prefill_tokens": int(computed.sum()), "busiest_node_load": per_node.max() / per_node.mean()})
     pooled = route(trace, 1, nodes * kv_tokens_per_node, "round_robin")
-    rows.append({"setup": f"one pooled cache of {nodes} x the tokens", "hit_rate": pooled.cached_tokens.sum() / total,
+    rows.append({"setup": f"one pooled cache of {nodes} x the tokens", "hit_rate": token_hit_rate(pooled.cached_tokens, trace.input_tokens),
                  "prefill_tokens": int((trace.input_tokens - pooled.cached_tokens.to_numpy()).sum()),
                  "busiest_node_load": np.nan})
     return pd.DataFrame(rows)

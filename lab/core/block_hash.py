@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import cache, lru_cache
 from typing import Any, NamedTuple
 
@@ -88,6 +88,13 @@ def kv_blocks(kv_tokens: int, block_size: int) -> int:
     """The blocks a KV cache of `kv_tokens` tokens holds: whole blocks only, and at least one (a capacity below
     one block still gets a block, so a replay of it runs and says how little it keeps)."""
     return max(kv_tokens // block_size, 1)
+
+
+def token_hit_rate(cached_tokens: Iterable[int], prompt_tokens: Iterable[int]) -> float:
+    """The token hit rate of a set of requests: cached prompt tokens over all prompt tokens, as vLLM counts
+    `prefix_cache_hits / prefix_cache_queries` (a request's share is weighted by its length). NaN for no tokens."""
+    total = sum(prompt_tokens)
+    return float(sum(cached_tokens) / total) if total else float("nan")
 
 
 def hittable_blocks(num_tokens: int, block_size: int) -> int:

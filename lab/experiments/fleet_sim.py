@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from lab.checks import positive_int
-from lab.core.block_hash import REPLAY_HASH, BlockChain, chain_hashes, full_blocks, hittable_blocks
+from lab.core.block_hash import REPLAY_HASH, BlockChain, chain_hashes, full_blocks, hittable_blocks, token_hit_rate
 from lab.core.prefix_cache import CacheFullError, PrefixCache
 from lab.core.radix_cache import RadixCache
 
@@ -275,7 +275,7 @@ def summarize_sim(routed: pd.DataFrame, replicas: int) -> pd.Series:
     """Fleet token hit rate, load imbalance (max / mean requests per replica) and TTFT percentiles, as
     lab.serving.routing reports them (TTFT in the simulator's service unit)."""
     per_replica = routed.replica.value_counts().reindex(range(replicas), fill_value=0)
-    return pd.Series({"requests": len(routed), "fleet_hit_rate": routed.cached_tokens.sum() / routed.prompt_tokens.sum(),
+    return pd.Series({"requests": len(routed), "fleet_hit_rate": token_hit_rate(routed.cached_tokens, routed.prompt_tokens),
                       "imbalance": per_replica.max() / per_replica.mean(),
                       "p50_ttft": routed.ttft.quantile(0.5), "p99_ttft": routed.ttft.quantile(0.99)})
 

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from lab.core.block_hash import token_hit_rate
 from lab.serving import vllm_internals
 from lab.serving.engine import check_prompts
 from lab.serving.metrics import NUM_PREEMPTIONS
@@ -198,7 +199,7 @@ def summarize(df: pd.DataFrame, facts: RunFacts | None = None) -> pd.Series:
         "requests_per_s": len(df) / makespan,
         "prompt_tokens_per_s": df.prompt_tokens.sum() / makespan,
         "output_tokens_per_s": df.output_tokens.sum() / makespan,
-        "hit_rate": df.cached_tokens.sum() / df.prompt_tokens.sum(),
+        "hit_rate": token_hit_rate(df.cached_tokens, df.prompt_tokens),
     }
     if facts is not None:
         if facts.mode == "online" and len(df) > 1:
