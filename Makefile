@@ -22,25 +22,33 @@ setup: $(STAMP) $(MODELS)
 # docs/ARCHITECTURE.md). torch's CPU build: from a local wheel directory pip already knows, else PyTorch's CPU index.
 # The CUDA flavour is not locked (resolving it needs its multi-gigabyte torch): it installs the direct pins, then
 # takes those three out again (not checked on a GPU machine with this lab: kept as the safe side).
+# the reader's edition's tools, in an environment of their own (make book)
+BOOK_VENV := .venv-book
+BOOK_STAMP := $(BOOK_VENV)/.installed
 LOCK := requirements-lock-$(VLLM_FLAVOUR).txt requirements-lock-dev.txt
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # uv installs the lock (about 20 s here, where pip took about 110 s); pip first installs uv itself, by its hashes
 # in the dev lock. uv reads no pip configuration: the wheel directories pip is told of are passed on.
+# PIP_INDEX_URL, PIP_EXTRA_INDEX_URL and PIP_FIND_LINKS are passed on as uv's own flags.
 UV := $(BIN)/uv
+UV_SOURCES := $(if $(PIP_INDEX_URL),--index-url $(PIP_INDEX_URL)) \
+	$(foreach url,$(PIP_EXTRA_INDEX_URL),--extra-index-url $(url)) $(foreach links,$(PIP_FIND_LINKS),--find-links $(links))
 UV_LOCKED := $(UV) pip install --quiet --python $(BIN)/python --no-deps --require-hashes --compile-bytecode \
-	$(foreach links,$(PIP_FIND_LINKS),--find-links $(links)) $(addprefix -r ,$(LOCK))
+	$(UV_SOURCES) $(addprefix -r ,$(LOCK))
 
 $(UV): requirements-lock-dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@awk '/^uv==/ {keep = 1; print; next} keep && /^ +--hash/ {print; next} {keep = 0}' requirements-lock-dev.txt \
 	  > $(VENV)/uv-lock.txt
+	@test -s $(VENV)/uv-lock.txt || { echo "requirements-lock-dev.txt pins no uv: run make lock" >&2; exit 1; }
 	$(BIN)/pip install --quiet --no-deps --require-hashes -r $(VENV)/uv-lock.txt
-	@touch $@
+	@test -x $@ && touch $@
 
 $(STAMP): requirements.txt requirements-dev.txt requirements-$(VLLM_FLAVOUR).txt $(wildcard $(LOCK)) pyproject.toml $(UV)
 	@# (byte-compiled at install: with PYTHONDONTWRITEBYTECODE set, as here, nothing is cached later)
 	@if [ "$(VLLM_FLAVOUR)" = cpu ]; then \
-	  $(UV_LOCKED) 2>/dev/null || $(UV_LOCKED) --extra-index-url $(TORCH_CPU_INDEX) --index-strategy unsafe-best-match; \
+	  $(UV_LOCKED) 2>$(VENV)/uv-first-try.log || $(UV_LOCKED) --extra-index-url $(TORCH_CPU_INDEX) \
+	    --index-strategy unsafe-best-match || { cat $(VENV)/uv-first-try.log >&2; exit 1; }; \
 	else \
 	  $(BIN)/pip install --quiet -r requirements-$(VLLM_FLAVOUR).txt -r requirements-dev.txt && \
 	  $(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec; \
@@ -99,11 +107,9 @@ test-fast: $(STAMP) lint
 
 # The reader's edition as a static site (lab.tools.book), built offline from docs/lessons/ into site/: MkDocs and
 # its theme in an environment of their own, from requirements-book.txt (the test suite opens the site in Chromium)
-BOOK_VENV := .venv-book
-BOOK_STAMP := $(BOOK_VENV)/.installed
 $(BOOK_STAMP): requirements-book.txt $(UV)
 	@test -x $(BOOK_VENV)/bin/python || $(PYTHON) -m venv $(BOOK_VENV)
-	$(UV) pip install --quiet --python $(BOOK_VENV)/bin/python --compile-bytecode -r requirements-book.txt
+	$(UV) pip install --quiet --python $(BOOK_VENV)/bin/python --compile-bytecode $(UV_SOURCES) -r requirements-book.txt
 	@touch $@
 
 book: $(STAMP) $(BOOK_STAMP)

@@ -6,7 +6,7 @@
 
 settings (every choice, declared once), prompts (reading), replay (hit rates), fields (what breaks sharing),
 breakers (the prefix-breakers real applications have, each fix measured by replay), projection (throughput and
-TTFT), fleet (routing and salts), core (`audit()`, section by section), result (`AuditResult`), report (HTML, JSON,
+TTFT), routing_advice (routing and salts), core (`audit()`, section by section), result (`AuditResult`), report (HTML, JSON,
 terminal), __main__; block_trace, trace_audit, trace_fleet, trace_engine, trace_bench (block-hash traces, no text).
 """
 

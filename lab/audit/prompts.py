@@ -59,8 +59,8 @@ def load_tokenizer(model: str | None):
         return tokenizer_for(directory if directory is not None and directory.is_dir() else resolve_model(model))
     except Exception as error:  # transformers raises OSError, ValueError or its own errors
         raise AuditInputError(f"--model {model}: cannot load a tokenizer from it ({type(error).__name__}: {error}); "
-                              "pass a local Hugging Face model directory with tokenizer files, or leave --model "
-                              "out to use the lab's model") from error
+                              "pass a local Hugging Face model directory with tokenizer files"
+                              + (", or leave --model out to use the lab's model" if IN_CHECKOUT else "")) from error
 
 
 def _record_text(record: object, tokenizer, where: str) -> tuple[str, dict | None]:

@@ -14,6 +14,7 @@ from functools import cache, lru_cache
 from typing import Any, NamedTuple
 
 import cbor2
+import numpy as np
 
 NONE_HASH_SEED = "vllm-none-hash"  # vLLM's seed for the first block's parent (unless PYTHONHASHSEED is set)
 
@@ -93,8 +94,8 @@ def kv_blocks(kv_tokens: int, block_size: int) -> int:
 def token_hit_rate(cached_tokens: Iterable[int], prompt_tokens: Iterable[int]) -> float:
     """The token hit rate of a set of requests: cached prompt tokens over all prompt tokens, as vLLM counts
     `prefix_cache_hits / prefix_cache_queries` (a request's share is weighted by its length). NaN for no tokens."""
-    total = sum(prompt_tokens)
-    return float(sum(cached_tokens) / total) if total else float("nan")
+    total = np.sum(np.asarray(prompt_tokens, dtype=np.int64))
+    return float(np.sum(np.asarray(cached_tokens, dtype=np.int64)) / total) if total else float("nan")
 
 
 def hittable_blocks(num_tokens: int, block_size: int) -> int:

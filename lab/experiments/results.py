@@ -31,8 +31,14 @@ def results_dir() -> Path:
 
 
 def code_version() -> str | None:
-    """The lab's commit, `+changes` when the working tree differs from it; None outside a git checkout."""
+    """The lab's commit, `+changes` when the working tree differs from it; None outside a git checkout of the lab
+    (installed from a wheel, any repository around it is someone else's)."""
     import subprocess
+
+    from lab import IN_CHECKOUT
+
+    if not IN_CHECKOUT:
+        return None
 
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -21,6 +22,7 @@ from pathlib import Path
 import nbformat
 
 from lab import PROJECT_ROOT
+from lab.experiments.results import write_atomically
 from lab.serving.processes import executable_beside_python
 from lab.tools.runner import all_notebooks
 
@@ -114,7 +116,7 @@ def build_course(out: Path = COURSE_DIR, notebooks: list[Path] | None = None, pr
     record_path = out / GENERATED
     record = json.loads(record_path.read_text()) if record_path.exists() else {}
     written = []
-    lessons = notebooks or all_notebooks()
+    lessons = all_notebooks() if notebooks is None else notebooks
     for notebook in tqdm(lessons, desc="your copies of the lessons", unit="lesson", disable=not progress):
         target, source_digest = out / notebook.name, _digest(notebook)
         entry = record.get(notebook.name, {})
@@ -123,14 +125,17 @@ def build_course(out: Path = COURSE_DIR, notebooks: list[Path] | None = None, pr
         if target.exists() and entry.get("copy") != _digest(target):
             print(f"kept your edited {target.name}; its lesson changed since: delete the copy to get the new one")
             continue
-        with tempfile.TemporaryDirectory(prefix="course-") as tmp:
-            student = assign(notebook, Path(tmp))[0] if has_exercises(notebook) else notebook
-            shutil.copy(student, target)
-        if student is not notebook:
-            grader_below_the_lesson(target)
+        with tempfile.TemporaryDirectory(prefix=".course-", dir=out) as tmp:  # hidden from the file browser
+            copy = Path(tmp) / notebook.name  # finished here, then moved in at once: JupyterLab may be serving `out`
+            if has_exercises(notebook):
+                shutil.move(assign(notebook, Path(tmp) / "assigned")[0], copy)
+                grader_below_the_lesson(copy)
+            else:
+                shutil.copy(notebook, copy)
+            os.replace(copy, target)
         record[notebook.name] = {"source": source_digest, "copy": _digest(target)}
-        written.append(target)
-    record_path.write_text(json.dumps(record, indent=1))
+        write_atomically(record_path, json.dumps(record, indent=1), overwrite=True)  # after each copy: an interrupted
+        written.append(target)                                                       # build still knows its copies
     return written
 
 
