@@ -47,6 +47,14 @@ def test_execute_reports_a_failing_cell(tmp_path):
     assert "FAILED" in table and "0 ok, 1 failed" in table
 
 
+@pytest.mark.engine
+def test_a_cell_that_outlives_its_timeout_fails_the_notebook(tmp_path):
+    nb = make_notebook(tmp_path / "05_hangs.ipynb", "import time\ntime.sleep(60)")
+    outcome = runner.execute(nb, {}, tmp_path / "out", cell_timeout_s=2)
+    assert not outcome.ok and outcome.seconds < 50
+    assert "timed out" in outcome.error.lower() or "timeout" in outcome.error.lower(), outcome.error
+
+
 def test_unknown_notebook_names_the_known_ones():
     with pytest.raises(SystemExit, match=r"'99_nope' not found.*00_quickstart"):
         runner.resolve_notebooks(["99_nope"])

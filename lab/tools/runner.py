@@ -69,7 +69,12 @@ def record_run(executed: Path, run: str, ok: bool) -> None:
     nbformat.write(nb, executed)
 
 
-def execute(notebook: Path, parameters: dict, out_dir: Path) -> Outcome:
+CELL_TIMEOUT_S = 1200  # no cell of the full profile takes half of this; a cell that hangs fails instead of waiting
+
+
+def execute(notebook: Path, parameters: dict, out_dir: Path, cell_timeout_s: float = CELL_TIMEOUT_S) -> Outcome:
+    """Run one notebook with papermill; a cell still running after `cell_timeout_s` fails the notebook (a kernel
+    that stopped answering once held a `make run` for ten minutes)."""
     import papermill
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -82,9 +87,15 @@ def execute(notebook: Path, parameters: dict, out_dir: Path) -> Outcome:
             parameters=parameters,
             cwd=str(notebook.parent),
             progress_bar=True,
+            execution_timeout=cell_timeout_s,
         )
     except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
-        outcome = Outcome(notebook.stem, time.perf_counter() - start, False, str(exc).strip().splitlines()[-1][:200])
+        from papermill.exceptions import PapermillExecutionError
+
+        lines = str(exc).strip().splitlines() or [type(exc).__name__]
+        # a cell's error ends with its exception line; a timeout or a dead kernel says what happened first
+        error = lines[-1] if isinstance(exc, PapermillExecutionError) else f"{type(exc).__name__}: {lines[0]}"
+        outcome = Outcome(notebook.stem, time.perf_counter() - start, False, error[:200])
     else:
         outcome = Outcome(notebook.stem, time.perf_counter() - start, True)
     finally:
