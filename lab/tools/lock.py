@@ -69,19 +69,24 @@ def parse(text: str) -> dict[str, Pin]:
     return pins
 
 
-def resolve(requirements: list[Path], keep: list[Path]) -> dict[str, Pin]:
-    """What uv resolves for `requirements` (nothing is installed), keeping the versions of the lock files `keep`
-    wherever the pins still allow them."""
+def uv_compile(inputs: list[Path], output: Path, *options: str) -> dict[str, Pin]:
+    """`uv pip compile` of `inputs` into `output` with every hash and none of LEFT_OUT (nothing is installed);
+    an `output` that already holds pins gives uv its preferred versions."""
     from uv import find_uv_bin
 
+    subprocess.run([find_uv_bin(), "pip", "compile", *map(str, inputs), "--output-file", str(output),
+                    "--generate-hashes", "--no-header", "--no-annotate", "--quiet",
+                    *(f"--no-emit-package={name}" for name in LEFT_OUT), *options], check=True)
+    return parse(output.read_text())
+
+
+def resolve(requirements: list[Path], keep: list[Path]) -> dict[str, Pin]:
+    """What uv resolves for `requirements`, keeping the versions of the lock files `keep` wherever the pins still
+    allow them."""
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(tmp) / "lock.txt"
         output.write_text("".join(path.read_text() for path in keep if path.is_file()))  # uv's preferences
-        command = [find_uv_bin(), "pip", "compile", *map(str, requirements), "--output-file", str(output),
-                   "--generate-hashes", "--no-header", "--no-annotate", "--quiet", *UV_TARGET,
-                   *(f"--no-emit-package={name}" for name in LEFT_OUT), *torch_source()]
-        subprocess.run(command, check=True)
-        return parse(output.read_text())
+        return uv_compile(requirements, output, *UV_TARGET, *torch_source())
 
 
 ARM64_TARGET = ("--python-version", "3.11.7", "--python-platform", "aarch64-manylinux_2_28")
@@ -92,20 +97,14 @@ TORCH_DEPENDENCIES = ("filelock", "typing-extensions", "setuptools", "sympy", "n
 def resolve_arm64(x86: dict[str, Pin], requirements: list[Path]) -> dict[str, Pin]:
     """The x86-64 locks' versions for linux/arm64, each with the hashes of its files, less torch (see
     ARM64_HEADER): an override drops torch from the resolution and its own dependencies are asked for by name."""
-    from uv import find_uv_bin
-
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "x86.txt").write_text("".join(f"{pin.name}=={pin.version}\n" for pin in x86.values()
                                                 if pin.name not in ("torch", *X86_ONLY)))
         (folder / "torch-off.txt").write_text(f"torch=={x86['torch'].version.split('+')[0]} ; sys_platform == 'never'\n")
         (folder / "torch-deps.txt").write_text("\n".join(TORCH_DEPENDENCIES) + "\n")
-        command = [find_uv_bin(), "pip", "compile", *map(str, requirements), str(folder / "torch-deps.txt"),
-                   "--output-file", str(folder / "lock.txt"), "--generate-hashes", "--no-header", "--no-annotate",
-                   "--quiet", *ARM64_TARGET, "--override", str(folder / "torch-off.txt"), "-c", str(folder / "x86.txt"),
-                   *(f"--no-emit-package={name}" for name in LEFT_OUT)]
-        subprocess.run(command, check=True)
-        return parse((folder / "lock.txt").read_text())
+        return uv_compile([*requirements, folder / "torch-deps.txt"], folder / "lock.txt", *ARM64_TARGET,
+                          "--override", str(folder / "torch-off.txt"), "-c", str(folder / "x86.txt"))
 
 
 def render(pins: dict[str, Pin], header: str) -> str:

@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         # a taken port is named before the copies are built
         lab = JupyterLab(root=COURSE_DIR, port=args.port, host=args.host, **token)
         print(f"your copies of the lessons, the exercises without their solutions: {COURSE_DIR}")
-        first, rest = all_notebooks()[:1], all_notebooks()[1:]
+        lessons = all_notebooks()
+        first, rest = lessons[:1], lessons[1:]
         build_course(notebooks=first)  # the first lesson, then JupyterLab opens on it while the rest are built
         lab.start()
     except (OSError, ServerStartError) as error:
