@@ -27,6 +27,8 @@ _scratch = tempfile.mkdtemp(prefix="prefix-cache-lab-tests-")
 os.environ.setdefault("LAB_FIGURES_DIR", os.path.join(_scratch, "figures"))
 os.environ.setdefault("LAB_RESULTS_DIR", os.path.join(_scratch, "results"))
 os.environ.setdefault("LAB_AUDIT_DIR", os.path.join(_scratch, "audit"))
+# nbval's kernels run headlessly: a lesson builds no widget there, only its static version (lab/front_end.py)
+os.environ.setdefault("LAB_HEADLESS", "1")
 
 
 IN_BROWSER = {"00_quickstart.ipynb", "01_block_hashing.ipynb"}

@@ -1,3 +1,7 @@
+import json
+import subprocess
+import sys
+
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
@@ -53,6 +57,60 @@ def test_a_cell_that_outlives_its_timeout_fails_the_notebook(tmp_path):
     outcome = runner.execute(nb, {}, tmp_path / "out", cell_timeout_s=2)
     assert not outcome.ok and outcome.seconds < 50
     assert "timed out" in outcome.error.lower() or "timeout" in outcome.error.lower(), outcome.error
+
+
+# The cell drops its own execute_reply: the kernel goes idle and the client waits for a reply that never comes,
+# which is how a stall looks from the client's side (nbclient #312 loses one that did arrive).
+DROP_OWN_REPLY = """
+kernel = get_ipython().kernel
+send = kernel.session.send
+
+def send_all_but_this_reply(stream, msg_or_type, *args, **kwargs):
+    if msg_or_type == "execute_reply":
+        kernel.session.send = send
+        return None
+    return send(stream, msg_or_type, *args, **kwargs)
+
+kernel.session.send = send_all_but_this_reply
+print("done; the reply will not be sent")
+"""
+
+
+def execute_elsewhere(notebook, out_dir, **limits) -> runner.Outcome:
+    """runner.execute in a process of its own: the stalled client's abandoned wait (nbclient's, on the shell
+    channel) stays behind in the process, and in this one later broke CPython 3.11's ast.parse at pytest's exit."""
+    code = (f"import dataclasses, json; from pathlib import Path; from lab.tools import runner; "
+            f"o = runner.execute(Path({str(notebook)!r}), {{}}, Path({str(out_dir)!r}), **{limits!r}); "
+            f"print(json.dumps(dataclasses.asdict(o)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=280, check=True)
+    return runner.Outcome(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.engine
+def test_a_stalled_cell_fails_as_stalled_within_its_limit(tmp_path):
+    nb = make_notebook(tmp_path / "06_stalls.ipynb", DROP_OWN_REPLY)
+    outcome = execute_elsewhere(nb, tmp_path / "out", cell_timeout_s=240, stall_s=3)
+    assert not outcome.ok and outcome.error.startswith("stalled"), outcome.error
+    assert "kernel = get_ipython().kernel" in outcome.error, "the error names the cell by its first line"
+    assert outcome.seconds < 60, "failed at the stall limit, not the cell timeout"
+    executed = nbformat.read(tmp_path / "out" / "06_stalls.ipynb", as_version=4)
+    assert executed.metadata["lab"]["ok"] is False
+
+
+@pytest.mark.engine
+def test_a_slow_busy_cell_is_not_a_stall(tmp_path):
+    nb = make_notebook(tmp_path / "07_slow.ipynb", "import time\ntime.sleep(6)")
+    outcome = runner.execute(nb, {}, tmp_path / "out", cell_timeout_s=300, stall_s=1)
+    assert outcome.ok, outcome.error
+
+
+@pytest.mark.engine
+def test_the_runner_kernel_is_headless_and_builds_no_widget(tmp_path, monkeypatch):
+    monkeypatch.delenv("LAB_HEADLESS", raising=False)
+    nb = make_notebook(tmp_path / "08_headless.ipynb",
+                       "from lab.front_end import has_front_end\nassert not has_front_end()")
+    outcome = runner.execute(nb, {}, tmp_path / "out")
+    assert outcome.ok, outcome.error
 
 
 def test_unknown_notebook_names_the_known_ones():

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import PROJECT_ROOT
+from lab.front_end import front_end_env
 from lab.serving.processes import (
     ManagedProcess,
     ServerStartError,
@@ -114,7 +115,7 @@ class JupyterLab:
     def start(self, timeout_s: float = 120.0) -> JupyterLab:
         self.port = self.port or free_port(self.host)
         self.managed = ManagedProcess("JupyterLab", self.command(), f"{self.base}/api/status?token={self.token}",
-                                      log_prefix="jupyterlab-")
+                                      env=front_end_env(), log_prefix="jupyterlab-")
         self.managed.start(timeout_s)
         return self
 

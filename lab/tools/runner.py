@@ -17,6 +17,8 @@ from pathlib import Path
 import yaml
 
 from lab import PROJECT_ROOT
+from lab.front_end import HEADLESS_ENV
+from lab.tools.watched_client import ENGINE_NAME, STALL_S
 
 NOTEBOOKS_DIR = PROJECT_ROOT / "notebooks"
 PROFILES_FILE = NOTEBOOKS_DIR / "profiles.yaml"
@@ -72,12 +74,15 @@ def record_run(executed: Path, run: str, ok: bool) -> None:
 CELL_TIMEOUT_S = 1200  # no cell of the full profile takes half of this; a cell that hangs fails instead of waiting
 
 
-def execute(notebook: Path, parameters: dict, out_dir: Path, cell_timeout_s: float = CELL_TIMEOUT_S) -> Outcome:
-    """Run one notebook with papermill; a cell still running after `cell_timeout_s` fails the notebook (a kernel
-    that stopped answering once held a `make run` for ten minutes)."""
+def execute(notebook: Path, parameters: dict, out_dir: Path, cell_timeout_s: float = CELL_TIMEOUT_S,
+            stall_s: float = STALL_S) -> Outcome:
+    """Run one notebook with papermill, headlessly (its kernel builds no widget: lab/front_end.py). A cell still
+    running after `cell_timeout_s` fails the notebook; so does one whose kernel went idle with no reply for
+    `stall_s` (lab/tools/watched_client.py)."""
     import papermill
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    os.environ[HEADLESS_ENV] = "1"  # the kernel inherits it
     run = os.environ["LAB_RUN_ID"] = run_name(notebook, os.environ.get("LAB_PROFILE", "interactive"))
     start = time.perf_counter()
     try:
@@ -88,13 +93,18 @@ def execute(notebook: Path, parameters: dict, out_dir: Path, cell_timeout_s: flo
             cwd=str(notebook.parent),
             progress_bar=True,
             execution_timeout=cell_timeout_s,
+            engine_name=ENGINE_NAME,
+            stall_s=stall_s,
         )
     except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
+        from nbclient.exceptions import CellTimeoutError
         from papermill.exceptions import PapermillExecutionError
 
         lines = str(exc).strip().splitlines() or [type(exc).__name__]
-        # a cell's error ends with its exception line; a timeout or a dead kernel says what happened first
-        error = lines[-1] if isinstance(exc, PapermillExecutionError) else f"{type(exc).__name__}: {lines[0]}"
+        # a cell's error ends with its exception line; a stall, a timeout or a dead kernel says what happened first
+        error = lines[-1] if isinstance(exc, PapermillExecutionError) else lines[0]
+        if not isinstance(exc, PapermillExecutionError | CellTimeoutError):
+            error = f"{type(exc).__name__}: {error}"
         outcome = Outcome(notebook.stem, time.perf_counter() - start, False, error[:200])
     else:
         outcome = Outcome(notebook.stem, time.perf_counter() - start, True)
