@@ -19,11 +19,6 @@ def has_front_end() -> bool:
     return os.environ.get(HEADLESS_ENV, "") in ("", "0")
 
 
-def headless_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """A copy of `env` (default: this process's) for a kernel that no person watches."""
-    return dict(os.environ if env is None else env) | {HEADLESS_ENV: "1"}
-
-
 def front_end_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """A copy of `env` (default: this process's) for a JupyterLab a person (or the browser test) drives."""
     return {k: v for k, v in (os.environ if env is None else env).items() if k != HEADLESS_ENV}

@@ -15,7 +15,8 @@ from lab import PROJECT_ROOT
 
 LAB = PROJECT_ROOT / "lab"
 # floor of each part of lab/: a module imports only from its own floor's package or from lower floors
-FLOORS = {"lab": 0, "lab.checks": 0, "lab.paths": 0, "lab.front_end": 0, "lab.core": 1, "lab.serving": 2, "lab.experiments": 3, "lab.audit": 4, "lab.tools": 4}
+FLOORS = {"lab": 0, "lab.checks": 0, "lab.paths": 0, "lab.front_end": 0,
+          "lab.core": 1, "lab.serving": 2, "lab.experiments": 3, "lab.audit": 4, "lab.tools": 4}
 MODULES = sorted(".".join(p.relative_to(PROJECT_ROOT).with_suffix("").parts).removesuffix(".__init__")
                  for p in LAB.rglob("*.py"))
 PRIVATE_VLLM = re.compile(r"\.llm_engine\b|\bvllm\.v1\b|engine_core|kv_cache_manager|_finalizer|cache_config")
