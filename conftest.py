@@ -31,13 +31,15 @@ os.environ.setdefault("LAB_AUDIT_DIR", os.path.join(_scratch, "audit"))
 os.environ.setdefault("LAB_HEADLESS", "1")
 
 
-IN_BROWSER = {"00_quickstart.ipynb", "01_block_hashing.ipynb"}
+# 00 and the lessons with a widget
+IN_BROWSER = {"00_quickstart.ipynb", "01_block_hashing.ipynb", "04_block_size_sweep.ipynb", "05_cache_on_vs_off.ipynb",
+              "08_eviction.ipynb", "20_your_workload.ipynb"}
 
 
 def pytest_ignore_collect(collection_path, config):
-    """00_quickstart and 01_block_hashing run cell by cell in a real JupyterLab instead (tests/test_browser.py:
-    every cell, no error, their checks passed), so nbval does not run them a second time, wherever Chromium is
-    there for that."""
+    """00_quickstart and the lessons with a widget run cell by cell in a real JupyterLab instead
+    (tests/test_browser.py: every cell, no error, their checks passed, the widget working), so nbval does not run
+    them a second time, wherever Chromium is there for that."""
     if collection_path.name in IN_BROWSER:
         from lab.experiments.plots import find_chrome
 

@@ -1,6 +1,7 @@
 """JupyterLab in a real browser: started as `make lab` starts it, driven through its UI with Playwright and
-Debian's Chromium. Notebook 00 runs every cell without an error; notebook 01 too, and its widget redraws the
-block map (nbval leaves these two notebooks to this test where Chromium exists: see the root conftest.py).
+Debian's Chromium. Notebook 00 runs every cell without an error; so does each lesson with a widget (01, 04, 05,
+08, 20), and its widget still works there: a slider moved redraws its output, 20's pasted prompts are audited
+(nbval leaves these notebooks to this test where Chromium exists: see the root conftest.py).
 Nothing here waits a fixed time: each step waits for the state it needs (the kernel idle, execution
 started, every cell run, the file saved with its outputs). Screenshots go to LAB_SCREENSHOTS_DIR (default:
 the test's own temporary folder)."""
@@ -20,7 +21,8 @@ from lab.tools.runner import NOTEBOOKS_DIR
 CHROMIUM = find_chrome()  # BROWSER_PATH, or chromium / chrome on the PATH
 pytestmark = [pytest.mark.engine,  # JupyterLab and a kernel running the lessons
               pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian: apt-get install chromium)")]
-IN_BROWSER = ("00_quickstart.ipynb", "01_block_hashing.ipynb")
+IN_BROWSER = ("00_quickstart.ipynb", "01_block_hashing.ipynb", "04_block_size_sweep.ipynb",
+              "05_cache_on_vs_off.ipynb", "08_eviction.ipynb", "20_your_workload.ipynb")
 
 # the notebook in front: other tabs stay in the page, hidden
 ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)"
@@ -155,3 +157,44 @@ def test_block_hashing_runs_and_its_widget_redraws_the_block_map(jupyterlab, pag
     outputs = saved_outputs(page, root, "01_block_hashing.ipynb")
     assert not [o for o in outputs if o["output_type"] == "error"]
     assert any("all checks passed" in "".join(o.get("text", "")) for o in outputs), "the notebook's checks ran"
+
+
+def run_with_its_checks(page, lab, root: Path, notebook: str, screenshots: Path) -> None:
+    """Every cell of `notebook` run in JupyterLab: no error shown or saved, and its checks passed."""
+    run_all_cells(page, lab, notebook, screenshots)
+    assert page.evaluate(ERRORS_SHOWN) == [], "a cell shows an error"
+    outputs = saved_outputs(page, root, notebook)
+    assert not [o for o in outputs if o["output_type"] == "error"]
+    assert any("all checks passed" in "".join(o.get("text", "")) for o in outputs), "the notebook's checks ran"
+
+
+@pytest.mark.parametrize("notebook, shown", [("04_block_size_sweep.ipynb", "token hit rate"),
+                                             ("05_cache_on_vs_off.ipynb", "best possible prefill speed-up"),
+                                             ("08_eviction.ipynb", "token hit rate")])
+def test_a_lessons_slider_redraws_its_output_in_jupyterlab(jupyterlab, page, screenshots, notebook, shown):
+    lab, root = jupyterlab
+    run_with_its_checks(page, lab, root, notebook, screenshots)
+    widget = page.locator(f"{ACTIVE} .widget-interact").last
+    widget.scroll_into_view_if_needed()
+    output = widget.locator(".widget-output")
+    page.wait_for_function("el => el.innerText.trim() !== ''", arg=output.element_handle(), timeout=30_000)
+    before = output.inner_text()
+    widget.locator(".noUi-handle").last.focus()  # the slider (04's first control is the workload's dropdown)
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("([el, old]) => el.innerText !== old", arg=[output.element_handle(), before],
+                           timeout=30_000)
+    page.screenshot(path=str(screenshots / f"{Path(notebook).stem}-slider.png"))
+    assert output.inner_text() != before and shown in output.inner_text()
+
+
+def test_your_workloads_widget_audits_pasted_prompts_in_jupyterlab(jupyterlab, page, screenshots):
+    lab, root = jupyterlab
+    run_with_its_checks(page, lab, root, "20_your_workload.ipynb", screenshots)
+    pasted = "\n".join(json.dumps({"prompt": f"You are a support bot for Acme. Be brief. Customer {i}: where is my "
+                                                f"order {1000 + i}?"}) for i in range(6))
+    page.locator(f"{ACTIVE} .widget-textarea textarea").last.fill(pasted)
+    page.locator(f"{ACTIVE} .widget-button", has_text="Audit").last.click()
+    shown = page.locator(f"{ACTIVE} .widget-vbox .widget-output").last
+    page.wait_for_function("el => el.innerText.includes('report:')", arg=shown.element_handle(), timeout=120_000)
+    page.screenshot(path=str(screenshots / "20_your_workload-audit.png"))
+    assert "yours.jsonl: 6 prompts" in shown.inner_text(), "the six pasted prompts were audited"

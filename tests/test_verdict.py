@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given
@@ -87,3 +88,55 @@ def test_a_canonical_results_table_with_its_labels_swapped_changes_the_verdict()
                    lower_is_better=False)
     assert as_run.order == tuple(flipped.order[::-1])
     assert json.dumps(str(as_run)) != json.dumps(str(flipped))
+
+
+# timing_check: the full profile's timing checks, a one-sided t-test at a stated false-alarm rate
+
+
+def test_a_timing_check_passes_on_the_claimed_side_and_raises_the_alarm_well_beyond_it():
+    from lab.experiments.verdict import timing_check
+
+    below = timing_check([3.1, 3.2, 3.15], "at_most", 3.78, quantity="gain", bound_name="the bound")
+    assert not below.alarm and "passes" in below.text and "false-alarm rate 0.05%" in below.text
+    above = timing_check([5.0, 5.1, 5.05, 4.95], "at_most", 3.78, quantity="gain", bound_name="the bound")
+    assert above.alarm and "ALARM" in above.text
+    assert timing_check([1.5, 1.52, 1.49, 1.51], "at_least", 2, quantity="speed-up", bound_name="2x").alarm
+    assert not timing_check([4.1, 3.9, 4.3], "at_least", 2, quantity="speed-up", bound_name="2x").alarm
+
+
+def test_a_point_on_its_bound_raises_the_alarm_at_the_stated_rate():
+    """h = 0: the true gain sits on its bound 1 / (1 - h) = 1; with normal noise between pairs, a 1% check alarms
+    in about 1% of runs (20,000 simulated runs of 3 pairs, a fixed seed: 200 expected)."""
+    from lab.experiments.verdict import timing_check
+
+    rng = np.random.default_rng(0)
+    alarms = sum(timing_check(np.exp(rng.normal(0, 0.05, 3)), "at_most", 1.0, quantity="gain", bound_name="bound",
+                              false_alarm_rate=0.01).alarm for _ in range(20_000))
+    assert 150 <= alarms <= 250, alarms
+
+
+def test_noise_groups_are_pooled_each_about_its_own_mean():
+    from lab.experiments.verdict import timing_check
+
+    # the same spread at very different levels (the other points of a sweep) narrows the margin: more freedom
+    alone = timing_check([1.02, 0.98, 1.0], "at_most", 1.0, quantity="gain at 0%", bound_name="the bound")
+    pooled = timing_check([1.02, 0.98, 1.0], "at_most", 1.0, quantity="gain at 0%", bound_name="the bound",
+                          noise=[[2.04, 1.96, 2.0], [7.14, 6.86, 7.0]])
+    assert "df 2" in alone.text and "df 6" in pooled.text and "6 more for the noise" in pooled.text
+    edge = lambda check: float(check.text.split("alarm only above ")[1].split(":")[0])  # noqa: E731
+    assert 1 < edge(pooled) < edge(alone)
+
+
+def test_a_timing_check_rejects_what_it_cannot_judge():
+    from lab.experiments.verdict import timing_check
+
+    with pytest.raises(ValueError, match="claim='above'"):
+        timing_check([1.0, 1.1], "above", 1.0, quantity="q", bound_name="b")
+    with pytest.raises(ValueError, match="two or more paired repeats"):
+        timing_check([1.0], "at_most", 1.0, quantity="q", bound_name="b")
+    with pytest.raises(ValueError, match="all positive"):
+        timing_check([1.0, 0.0], "at_most", 1.0, quantity="q", bound_name="b")
+    with pytest.raises(ValueError, match="false_alarm_rate=0.7"):
+        timing_check([1.0, 1.1], "at_most", 1.0, quantity="q", bound_name="b", false_alarm_rate=0.7)
+    # one pair is judged by the noise of other pairs
+    assert not timing_check([1.0], "at_most", 1.0, quantity="q", bound_name="b", noise=[[2.0, 2.1]]).alarm

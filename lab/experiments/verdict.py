@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lab.checks import number_in
+
 
 @dataclass(frozen=True)
 class Spread:
@@ -136,3 +138,70 @@ def outliers(item: Spread, factor: float = 2.0) -> list[float]:
     """The values more than `factor` times their spread's median, or less than its median over `factor`."""
     middle = item.median
     return [v for v in item.values if v > middle * factor or v < middle / factor]
+
+
+# how often one timing check may fail on a correct lab: 0.05%, so that the make run's 33 such tests together fail
+# at random 1.7% of the time at most (their list: docs/TESTING.md)
+FALSE_ALARM_RATE = 0.0005
+CLAIMS = {"at_most": "at most", "at_least": "at least"}
+
+
+@dataclass(frozen=True)
+class TimingCheck:
+    """A full-profile check on timings, decided by a one-sided t-test: `alarm` is True only where the run's paired
+    repeats lie beyond the claimed bound by more than their noise allows at `false_alarm_rate`."""
+
+    text: str
+    alarm: bool
+    false_alarm_rate: float
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _logs(name: str, ratios: Sequence[float]) -> np.ndarray:
+    values = np.asarray(Spread(name, tuple(ratios)).values)
+    if (values <= 0).any():
+        raise ValueError(f"{name}: a timing check judges ratios of two timings, all positive; got {values.tolist()}")
+    return np.log(values)
+
+
+def _pooled_sd(samples: Sequence[np.ndarray]) -> tuple[float, int]:
+    """The standard deviation pooled over samples, each about its own mean, and its degrees of freedom."""
+    squares = sum(float(((s - s.mean()) ** 2).sum()) for s in samples if len(s) > 1)
+    freedom = sum(len(s) - 1 for s in samples if len(s) > 1)
+    if freedom < 1:
+        raise ValueError(f"a timing check needs two or more paired repeats, or a `noise` group of two or more: got "
+                         f"{len(samples[0])} and groups of {[len(s) for s in samples[1:]]} (run more repeats, e.g. 3)")
+    return (squares / freedom) ** 0.5, freedom
+
+
+def timing_check(ratios: Sequence[float], claim: str, bound: float, *, quantity: str, bound_name: str,
+                 noise: Sequence[Sequence[float]] = (), false_alarm_rate: float = FALSE_ALARM_RATE) -> TimingCheck:
+    """Check that the true ratio is `claim` ("at_most" or "at_least") `bound`, from paired, interleaved repeats.
+
+    Each repeat gives one ratio of two runs made side by side (on / off, say). On their logs, a one-sided t-test
+    raises the alarm when the mean lies on the wrong side of log(bound) by more than t(1 - rate, df) standard
+    errors: on a correct lab (true ratio on the claimed side or on the bound itself) that happens at most
+    `false_alarm_rate` of the time, the noise being normal and independent between pairs. `noise`: groups of
+    ratios of further pairs of this run whose logs scatter as these do (the other points of a sweep, say); their
+    spread, each group about its own mean, is pooled in: a margin from this machine's noise, with more degrees of
+    freedom."""
+    from scipy.stats import t as student_t
+
+    if claim not in CLAIMS:
+        raise ValueError(f"claim={claim!r} must be one of {sorted(CLAIMS)}")
+    number_in("false_alarm_rate", false_alarm_rate, 0, 0.5, "a fraction in (0, 0.5)", low_open=True)
+    logs = _logs(quantity, ratios)
+    groups = [_logs("noise", group) for group in noise]
+    sd, freedom = _pooled_sd([logs, *groups])
+    margin = float(student_t.ppf(1 - false_alarm_rate, freedom)) * sd / len(logs) ** 0.5
+    mean = float(np.exp(logs.mean()))
+    edge = bound * np.exp(margin) if claim == "at_most" else bound * np.exp(-margin)
+    alarm = mean > edge if claim == "at_most" else mean < edge
+    sources = f"{len(logs)} pairs" + (f" and {sum(map(len, groups))} more for the noise" if groups else "")
+    text = (f"{quantity}: geometric mean {mean:.4g} over {sources}; claimed {CLAIMS[claim]} {bound_name} "
+            f"{bound:.4g}, with the noise (log sd {sd:.3f}, df {freedom}) an alarm only "
+            f"{'above' if claim == 'at_most' else 'below'} {edge:.4g}: "
+            f"{'ALARM' if alarm else 'passes'} (one-sided t-test, false-alarm rate {false_alarm_rate * 100:g}%)")
+    return TimingCheck(text, bool(alarm), false_alarm_rate)
