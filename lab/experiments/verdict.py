@@ -140,8 +140,8 @@ def outliers(item: Spread, factor: float = 2.0) -> list[float]:
     return [v for v in item.values if v > middle * factor or v < middle / factor]
 
 
-# how often one timing check may fail on a correct lab: 0.05%, so that the make run's 33 such tests together fail
-# at random 1.7% of the time at most (their list: docs/TESTING.md)
+# how often one timing check may fail on a correct lab: 0.05%, so that the make run's 41 such tests together fail
+# at random 1.65% of the time at most (their list: docs/TESTING.md)
 FALSE_ALARM_RATE = 0.0005
 CLAIMS = {"at_most": "at most", "at_least": "at least"}
 
@@ -200,8 +200,8 @@ def timing_check(ratios: Sequence[float], claim: str, bound: float, *, quantity:
     edge = bound * np.exp(margin) if claim == "at_most" else bound * np.exp(-margin)
     alarm = mean > edge if claim == "at_most" else mean < edge
     sources = f"{len(logs)} pairs" + (f" and {sum(map(len, groups))} more for the noise" if groups else "")
-    text = (f"{quantity}: geometric mean {mean:.4g} over {sources}; claimed {CLAIMS[claim]} {bound_name} "
-            f"{bound:.4g}, with the noise (log sd {sd:.3f}, df {freedom}) an alarm only "
+    text = (f"{quantity}: geometric mean {mean:.4g} over {sources}; claimed {CLAIMS[claim]} {bound:.4g} "
+            f"({bound_name}), with the noise (log sd {sd:.3f}, df {freedom}) an alarm only "
             f"{'above' if claim == 'at_most' else 'below'} {edge:.4g}: "
             f"{'ALARM' if alarm else 'passes'} (one-sided t-test, false-alarm rate {false_alarm_rate * 100:g}%)")
     return TimingCheck(text, bool(alarm), false_alarm_rate)
