@@ -5,7 +5,8 @@
 A run (default: runs/full, what `make run` executed) is compared cell by cell, by the cells' ids, with the
 executed copies it is set against (default: docs/lessons, the canonical run). papermill records each cell's
 seconds. Printed: every lesson's seconds both ways, and every cell that took more than `factor` times its
-canonical seconds; cells under `min_seconds` in both runs are left out (a 0.1 s cell at 0.3 s says nothing).
+canonical seconds; cells under `min_seconds` in both runs are left out (a 0.1 s cell at 0.3 s says nothing),
+and so are cells new since the canonical run.
 Exits 1 where such a cell exists, so a run that slowed somewhere is never called clean.
 """
 
@@ -51,7 +52,9 @@ def compare(run_dir: Path, against: Path, factor: float = 2.0, min_seconds: floa
         run, canonical = cell_seconds(path), cell_seconds(canonical_path)
         lessons.append((path.stem, sum(s for s, _ in run.values()), sum(s for s, _ in canonical.values())))
         for cell_id, (seconds, line) in run.items():
-            base = canonical.get(cell_id, (0.0, ""))[0]
+            if cell_id not in canonical:  # a cell new since the canonical run has no time to be set against
+                continue
+            base = canonical[cell_id][0]
             if max(seconds, base) >= min_seconds and seconds > factor * base:
                 slow.append(SlowCell(path.stem, line, seconds, base))
     if not lessons:
