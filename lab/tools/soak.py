@@ -5,8 +5,8 @@
 A lesson's widget cell is the one that asks `has_front_end()`. For each such lesson, and for each of the two
 ways the lab executes notebooks headlessly (papermill's client, as `make run` does, and nbval's kernel, as
 `make test` does), a new kernel runs the lesson's cells up to that cell once (its engine, its tables, its load:
-the cell's context), then the widget cell `--runs` times, each its own execute request. A run whose reply or
-whose return to idle does not arrive within `--timeout` seconds counts as a stall (the cell itself takes well
+the cell's context, each cell allowed 900 s), then the widget cell `--runs` times, each its own execute request.
+A run whose reply or whose return to idle does not arrive within `--timeout` seconds counts as a stall (the cell itself takes well
 under a second). `--widgets` starts the kernels without LAB_HEADLESS, so the cell builds its widgets as every
 headless run did before lab.front_end: the rate before the fix. docs/TESTING.md records both counts.
 """
@@ -70,16 +70,21 @@ def _read(lesson: str):
     return nbformat.read(_path(lesson), as_version=4)
 
 
-def _soak(lesson: str, run_cell: Callable[[str], bool], runs: int) -> int:
-    """Run the context once (a failure there is an error), then the widget cell `runs` times; the stalls."""
+CONTEXT_TIMEOUT_S = 900.0  # a context cell may run an engine sweep: the nbval cell timeout (pyproject.toml)
+
+
+def _soak(lesson: str, run_cell: Callable[[str, float], bool], runs: int, timeout: float) -> int:
+    """Run the context once (a failure there is an error), then the widget cell `runs` times, each allowed
+    `timeout` seconds; the stalls."""
     nb = _read(lesson)
     index = widget_cell_index(nb)
     if index is None:
         raise SystemExit(f"{lesson} has no widget cell (no code cell calls {WIDGET_MARK})")
     for cell in tqdm(nb.cells[:index], desc=f"{lesson}: its context", leave=False):
-        if cell.cell_type == "code" and not run_cell(cell.source):
+        if cell.cell_type == "code" and not run_cell(cell.source, CONTEXT_TIMEOUT_S):
             raise RuntimeError(f"{lesson}: a context cell stalled or failed, `{cell.source.splitlines()[0][:80]}`")
-    return sum(not run_cell(nb.cells[index].source) for _ in tqdm(range(runs), desc=f"{lesson}: its widget cell"))
+    return sum(not run_cell(nb.cells[index].source, timeout)
+               for _ in tqdm(range(runs), desc=f"{lesson}: its widget cell"))
 
 
 def soak_papermill(lesson: str, runs: int, timeout: float) -> int:
@@ -93,8 +98,9 @@ def soak_papermill(lesson: str, runs: int, timeout: float) -> int:
     client = PapermillNotebookClient(NotebookExecutionManager(executed, progress_bar=False), timeout=timeout,
                                      kernel_name="python3", resources={"metadata": {"path": where}})
 
-    def run_cell(source: str) -> bool:
+    def run_cell(source: str, seconds: float) -> bool:
         executed.cells.append(nbformat.v4.new_code_cell(source))
+        client.timeout = seconds
         try:
             client.execute_cell(executed.cells[-1], len(executed.cells) - 1)
         except CellTimeoutError:
@@ -104,7 +110,7 @@ def soak_papermill(lesson: str, runs: int, timeout: float) -> int:
         return True
 
     with client.setup_kernel(cwd=where):
-        return _soak(lesson, run_cell, runs)
+        return _soak(lesson, run_cell, runs, timeout)
 
 
 def soak_nbval(lesson: str, runs: int, timeout: float) -> int:
@@ -113,17 +119,17 @@ def soak_nbval(lesson: str, runs: int, timeout: float) -> int:
 
     kernel = RunningKernel("python3", cwd=str(_path(lesson).parent))
 
-    def run_cell(source: str) -> bool:
+    def run_cell(source: str, seconds: float) -> bool:
         msg_id = kernel.execute_cell_input(source, allow_stdin=False)
         try:
-            kernel.await_reply(msg_id, timeout=timeout)
-            kernel.await_idle(msg_id, timeout=timeout)
+            kernel.await_reply(msg_id, timeout=seconds)
+            kernel.await_idle(msg_id, timeout=seconds)
         except Empty:
             return False
         return True
 
     try:
-        return _soak(lesson, run_cell, runs)
+        return _soak(lesson, run_cell, runs, timeout)
     finally:
         kernel.stop()
 
@@ -151,9 +157,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--widgets", action="store_true", help="build the widgets (the kernel without LAB_HEADLESS)")
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS)
     args = parser.parse_args(argv)
-    counts = [soak(lesson, path, runs=args.runs, timeout=args.timeout, widgets=args.widgets)
-              for lesson in (args.lessons or widget_lessons()) for path in args.paths]
-    print("\n".join(c.line() for c in counts))
+    counts = []
+    for lesson in args.lessons or widget_lessons():
+        for path in args.paths:
+            counts.append(soak(lesson, path, runs=args.runs, timeout=args.timeout, widgets=args.widgets))
+            print(counts[-1].line(), flush=True)
     print(f"{sum(c.stalls for c in counts)} stalls in {sum(c.runs for c in counts)} runs")
 
 
