@@ -19,7 +19,8 @@ from pathlib import Path
 
 import nbformat
 
-from lab import PROJECT_ROOT
+from lab.tools.runner import RUNS_DIR
+from lab.tools.stale import LESSONS_DIR
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,8 @@ def compare(run_dir: Path, against: Path, factor: float = 2.0, min_seconds: floa
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir", nargs="?", type=Path, default=PROJECT_ROOT / "runs" / "full")
-    parser.add_argument("--against", type=Path, default=PROJECT_ROOT / "docs" / "lessons")
+    parser.add_argument("run_dir", nargs="?", type=Path, default=RUNS_DIR / "full")
+    parser.add_argument("--against", type=Path, default=LESSONS_DIR)
     parser.add_argument("--factor", type=float, default=2.0)
     parser.add_argument("--min-seconds", type=float, default=2.0)
     args = parser.parse_args(argv)

@@ -6,8 +6,8 @@ A lesson's widget cell is the one that asks `has_front_end()`. For each such les
 ways the lab executes notebooks headlessly (papermill's client, as `make run` does, and nbval's kernel, as
 `make test` does), a new kernel runs the lesson's cells up to that cell once (its engine, its tables, its load:
 the cell's context, each cell allowed 900 s), then the widget cell `--runs` times, each its own execute request.
-A run whose reply or whose return to idle does not arrive within `--timeout` seconds counts as a stall (the cell itself takes well
-under a second). `--widgets` starts the kernels without LAB_HEADLESS, so the cell builds its widgets as every
+A run whose reply or whose return to idle does not arrive within `--timeout` seconds counts as a stall (the
+cell itself takes well under a second). `--widgets` starts the kernels without LAB_HEADLESS, so the cell builds its widgets as every
 headless run did before lab.front_end: the rate before the fix. docs/TESTING.md records both counts.
 """
 
@@ -24,13 +24,13 @@ from queue import Empty
 import nbformat
 from tqdm import tqdm
 
-from lab import PROJECT_ROOT
 from lab.checks import positive_int
 from lab.front_end import HEADLESS_ENV
+from lab.tools.runner import NOTEBOOKS_DIR as NOTEBOOKS
 
 WIDGET_MARK = "if has_front_end():"
 PATHS = ("papermill", "nbval")
-NOTEBOOKS = PROJECT_ROOT / "notebooks"
+CONTEXT_TIMEOUT_S = 900.0  # a context cell may run an engine sweep: the nbval cell timeout (pyproject.toml)
 
 
 @dataclass(frozen=True)
@@ -68,9 +68,6 @@ def _path(lesson: str) -> Path:
 
 def _read(lesson: str):
     return nbformat.read(_path(lesson), as_version=4)
-
-
-CONTEXT_TIMEOUT_S = 900.0  # a context cell may run an engine sweep: the nbval cell timeout (pyproject.toml)
 
 
 def _soak(lesson: str, run_cell: Callable[[str, float], bool], runs: int, timeout: float) -> int:
