@@ -13,7 +13,7 @@ MODELS := models/tiny-seed0/config.json models/smollm2/config.json
 export PATH := $(abspath $(BIN)):$(PATH)
 export BROWSER_PATH ?= $(shell command -v chromium || command -v chromium-browser || command -v google-chrome)
 
-.PHONY: setup lock run promote test test-fast durations lint lab workshop model clean book
+.PHONY: setup lock run promote stale test check-repo test-fast durations lint lab workshop model clean book
 
 setup: $(STAMP) $(MODELS)
 
@@ -81,6 +81,12 @@ run: setup
 promote: setup
 	$(BIN)/python -m lab.tools.promote
 
+# A fix to a lesson's prose or code without a rerun: the prose goes over to the executed copy, and a copy whose code
+# is now older than its lesson opens with a notice naming each changed cell (lab.tools.stale)
+stale: setup
+	$(BIN)/python -m lab.tools.promote --prose
+	$(BIN)/python -m lab.tools.stale
+
 # Everything (ruff; unit, parity, notebooks via nbval, browser, workshop), two test files at a time (one per
 # core), with line coverage of lab/ in the pytest processes. A bare `pytest` runs tests/ only (pyproject.toml).
 # --no-loadscope-reorder keeps the order conftest.py gives the files (longest first, by tests/durations.json): xdist
@@ -91,8 +97,13 @@ PYTEST_PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 COVERAGE_MIN ?= 90
 PYTEST_ALL = tests notebooks $(PYTEST_PARALLEL) --durations=40 --cov=lab --cov-report=term --cov-fail-under=$(COVERAGE_MIN)
 
-test: setup lint $(BOOK_STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ALL)
+# The repository's content first (layers, conventions, the ledger, prose, executed copies, figures: `repo` in
+# pyproject.toml), reported apart, then the behaviour: the lab's code, the engines, the lessons under nbval.
+test: check-repo $(BOOK_STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ALL) -m "not repo"
+
+check-repo: setup lint
+	$(BIN)/python -m pytest tests -m repo -n 2 --durations=5
 
 # `make test` that also writes each file's seconds into tests/durations.json: commit it, and later runs start the
 # longest files first

@@ -10,8 +10,11 @@ import tokenize
 from pathlib import Path
 
 import pytest
+from whole_tree import failures
 
 from lab import PROJECT_ROOT
+
+pytestmark = pytest.mark.repo  # the repository's content, not behaviour: make check-repo
 
 LAB = PROJECT_ROOT / "lab"
 # floor of each part of lab/: a module imports only from its own floor's package or from lower floors
@@ -48,12 +51,15 @@ def test_every_module_lives_in_a_layer():
     assert [m for m in MODULES if part(m) == "lab" and m != "lab"] == []
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_a_module_imports_only_its_own_layer_or_those_below(module):
+def imports_only_its_own_layer_or_those_below(module: str) -> None:
     here = FLOORS[part(module)]
     upward = {n for n in lab_imports(module) if n != "lab" and (FLOORS[part(n)] > here or  # lab: under all of them
               (FLOORS[part(n)] == here and part(n) != part(module)))}
     assert not upward, f"{module} (floor {here}) imports from a higher or sibling layer: {upward}"
+
+
+def test_a_module_imports_only_its_own_layer_or_those_below():
+    assert failures(imports_only_its_own_layer_or_those_below, MODULES) == {}
 
 
 def test_no_import_cycle():
@@ -74,13 +80,16 @@ def test_no_import_cycle():
         visit(module)
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_modules_and_functions_are_short_enough_to_read(module):
+def short_enough_to_read(module: str) -> None:
     source = path_of(module).read_text()
     assert len(source.splitlines()) <= MAX_MODULE_LINES, f"{module}: split it (one role per module)"
     long = [f"{f.name} ({f.end_lineno - f.lineno + 1} lines)" for f in ast.walk(ast.parse(source))
             if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.end_lineno - f.lineno + 1 > MAX_FUNCTION_LINES]
     assert not long, f"{module}: {long}"
+
+
+def test_modules_and_functions_are_short_enough_to_read():
+    assert failures(short_enough_to_read, MODULES) == {}
 
 
 def code_only(source: str) -> str:
@@ -101,10 +110,13 @@ def sources_outside_the_adapter():
 SOURCES = dict(sources_outside_the_adapter())
 
 
-@pytest.mark.parametrize("name", SOURCES)
-def test_only_the_adapter_reads_vllms_private_structure(name):
+def reads_no_private_vllm_structure(name: str) -> None:
     found = sorted(set(PRIVATE_VLLM.findall(SOURCES[name])))
     assert not found, f"{name} reaches into vLLM ({found}); add a function to lab/serving/vllm_internals.py instead"
+
+
+def test_only_the_adapter_reads_vllms_private_structure():
+    assert failures(reads_no_private_vllm_structure, SOURCES) == {}
 
 
 def test_the_module_table_lists_every_module_once():

@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from whole_tree import failures
 
 from lab import PROJECT_ROOT
 from lab.experiments import article
 from lab.experiments.results import CANONICAL_DIR
+
+pytestmark = pytest.mark.repo  # the repository's content, not behaviour: make check-repo
 
 CLAIMS = article.claims()
 RUN_POINTER = re.compile(r"^(notebooks/|results:|tests/)")
@@ -89,14 +92,16 @@ def test_a_lesson_topic_becomes_its_current_name_and_a_number_is_caught():
     assert not BARE_LESSON.search("at block 16 to 256, at size 16 and 32, in 16 bits, 0.46-0.57, 2,048 tokens, 12.5 req/s")
 
 
-@pytest.mark.parametrize("name", CLAIMS.index)
-def test_each_pointer_resolves(name):
+def pointers_resolve(name) -> None:
     unresolved = [p for p in article.evidence(name) if not resolves(p)]
     assert not unresolved, f"{name}: {unresolved} do not resolve"
 
 
-@pytest.mark.parametrize("name", CLAIMS.index)
-def test_the_verdict_is_no_stronger_than_its_basis(name):
+def test_each_pointer_resolves():
+    assert failures(pointers_resolve, CLAIMS.index) == {}
+
+
+def verdict_no_stronger_than_basis(name) -> None:
     row, pointers = CLAIMS.loc[name], article.evidence(name)
     runs = [p for p in pointers if RUN_POINTER.match(p)]
     if row.verdict in ("reproduced", "calibrated"):
@@ -116,6 +121,10 @@ def test_the_verdict_is_no_stronger_than_its_basis(name):
         assert any(p.startswith("vllm:") for p in pointers), f"{name}: point at the vLLM definition read"
     if row.basis == "citation":
         assert CITATION.search(row.reason), f"{name}: name the cited source (a year or a PR / issue number)"
+
+
+def test_the_verdict_is_no_stronger_than_its_basis():
+    assert failures(verdict_no_stronger_than_basis, CLAIMS.index) == {}
 
 
 def test_a_broken_pointer_is_caught():
@@ -150,10 +159,13 @@ def unlinked_citations(text: str) -> list[str]:
     return wrong + CITED.findall(LINK.sub("", text))
 
 
-@pytest.mark.parametrize("name", CLAIMS.index)
-def test_every_cited_pr_issue_cve_or_paper_is_a_link(name):
+def citations_are_links(name) -> None:
     unlinked = unlinked_citations(CLAIMS.loc[name, "context"] + " " + CLAIMS.loc[name, "reason"])
     assert not unlinked, f"{name}: {unlinked}: cite as [owner/repo#N](https://github.com/...) or [Author et al., year](url)"
+
+
+def test_every_cited_pr_issue_cve_or_paper_is_a_link():
+    assert failures(citations_are_links, CLAIMS.index) == {}
 
 
 def test_an_unlinked_or_mislinked_citation_is_caught():
@@ -167,8 +179,7 @@ def test_an_unlinked_or_mislinked_citation_is_caught():
                                   "[Zheng et al., arXiv:2312.07104, 2023](https://arxiv.org/abs/2312.07104)")
 
 
-@pytest.mark.parametrize("name", CLAIMS.index[CLAIMS.measured != ""])
-def test_a_measured_number_is_read_from_a_results_file_the_row_points_to(name):
+def measured_number_is_read_from_results(name) -> None:
     row, locator = CLAIMS.loc[name], article.MEASURED.match(CLAIMS.loc[name, "measured"])
     assert locator, f"{name}: `measured` is results:NAME[column=value&...]/column[*factor]"
     assert f"results:{locator['name']}" in article.evidence(name), f"{name}: point at the results the number is read from"
@@ -176,12 +187,15 @@ def test_a_measured_number_is_read_from_a_results_file_the_row_points_to(name):
     assert math.isfinite(article.measured(name))
 
 
+def test_a_measured_number_is_read_from_a_results_file_the_row_points_to():
+    assert failures(measured_number_is_read_from_results, CLAIMS.index[CLAIMS.measured != ""]) == {}
+
+
 NUMERIC = [n for n in CLAIMS.index if article.figure_range(n) is not None
            and (CLAIMS.loc[n, "verdict"] in NUMBER_DECIDES or CLAIMS.loc[n, "tolerance"])]
 
 
-@pytest.mark.parametrize("name", NUMERIC)
-def test_a_figure_the_verdict_rests_on_is_the_labs_number_within_its_tolerance(name):
+def figure_within_tolerance(name) -> None:
     """A reproduced (or calibrated) claim that carries a number must meet it: the lab's measured number, read from
     the canonical results, within the tolerance the row states. A corrected one with a tolerance must miss it."""
     row = CLAIMS.loc[name]
@@ -192,6 +206,10 @@ def test_a_figure_the_verdict_rests_on_is_the_labs_number_within_its_tolerance(n
     else:
         assert row.verdict == "corrected", f"{name}: a tolerance belongs to a verdict a number decides"
         assert not article.holds(name), f"{name} is corrected, yet the lab's {number:.4g} {row.unit} meets the figure"
+
+
+def test_a_figure_the_verdict_rests_on_is_the_labs_number_within_its_tolerance():
+    assert failures(figure_within_tolerance, NUMERIC) == {}
 
 
 def test_the_tolerance_check_can_fail():

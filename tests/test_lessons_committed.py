@@ -7,6 +7,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from whole_tree import failures
 
 from lab import PROJECT_ROOT
 from lab.experiments.plots import COMMITTED_FIGURES_DIR
@@ -14,6 +15,8 @@ from lab.experiments.provenance import png_text
 from lab.experiments.results import CANONICAL_DIR
 from lab.tools.promote import LESSONS_DIR, PLOTLY_TYPE, WIDGET_TYPES
 from lab.tools.runner import all_notebooks
+
+pytestmark = pytest.mark.repo  # the repository's content, not behaviour: make check-repo
 
 LESSON_BUDGET_MB = 1.0  # one executed lesson, its figures as PNG (the largest: 0.4 MB)
 ALL_LESSONS_BUDGET_MB = 6.0  # all of them (3.4 MB)
@@ -42,8 +45,7 @@ def test_every_lesson_has_an_executed_copy_and_they_fit_the_budget():
     assert sum(sizes.values()) <= ALL_LESSONS_BUDGET_MB, sizes
 
 
-@pytest.mark.parametrize("lesson", sorted(LESSONS_DIR.glob("*.ipynb")), ids=lambda p: p.stem)
-def test_an_executed_lesson_ran_clean_in_the_canonical_run(lesson: Path):
+def ran_clean_in_the_canonical_run(lesson: Path) -> None:
     nb = nbformat.read(lesson, as_version=4)
     meta = nb.metadata.get("lab", {})
     assert meta.get("ok") is True and meta.get("profile") == "full", meta
@@ -58,8 +60,11 @@ def test_an_executed_lesson_ran_clean_in_the_canonical_run(lesson: Path):
         assert runs == {meta["run"]}, f"{lesson.stem}: canonical results from {runs}, executed copy from {meta['run']}"
 
 
-@pytest.mark.parametrize("lesson", sorted(LESSONS_DIR.glob("*.ipynb")), ids=lambda p: p.stem)
-def test_an_executed_lesson_is_the_lesson_as_it_stands_or_says_what_changed(lesson: Path):
+def test_an_executed_lesson_ran_clean_in_the_canonical_run():
+    assert failures(ran_clean_in_the_canonical_run, sorted(LESSONS_DIR.glob("*.ipynb")), lambda p: p.stem) == {}
+
+
+def is_the_lesson_or_says_what_changed(lesson: Path) -> None:
     """A copy whose code is current has the source's prose (`python -m lab.tools.promote --prose` brings it over). A
     copy whose code is older opens with a notice naming each changed cell (`python -m lab.tools.stale` writes it):
     a fix to a lesson's code lands with its fast checks, and the reader is told the outputs are an older run's."""
@@ -71,8 +76,11 @@ def test_an_executed_lesson_is_the_lesson_as_it_stands_or_says_what_changed(less
     assert stale_prose(lesson, source) in ({}, None), "the prose changed: python -m lab.tools.promote --prose"
 
 
-@pytest.mark.parametrize("figure", sorted(COMMITTED_FIGURES_DIR.glob("*.png")), ids=lambda p: p.stem)
-def test_a_committed_figure_was_drawn_by_the_run_its_notebooks_results_cite(figure: Path):
+def test_an_executed_lesson_is_the_lesson_as_it_stands_or_says_what_changed():
+    assert failures(is_the_lesson_or_says_what_changed, sorted(LESSONS_DIR.glob("*.ipynb")), lambda p: p.stem) == {}
+
+
+def drawn_by_the_cited_run(figure: Path) -> None:
     text = png_text(figure)
     notebook = figure.name.split("-")[0]
     assert text.get("lab:profile") == "full", f"{figure.name} was drawn by a {text.get('lab:profile')} run"
@@ -81,3 +89,7 @@ def test_a_committed_figure_was_drawn_by_the_run_its_notebooks_results_cite(figu
         f"{figure.name}: drawn by {text['lab:run']}, the results cited are {canonical_runs().get(notebook)}"
     results_md = (PROJECT_ROOT / "docs" / "RESULTS.md").read_text()
     assert f"../figures/{figure.name}" in results_md, "a committed figure is one the results page shows"
+
+
+def test_a_committed_figure_was_drawn_by_the_run_its_notebooks_results_cite():
+    assert failures(drawn_by_the_cited_run, sorted(COMMITTED_FIGURES_DIR.glob("*.png")), lambda p: p.stem) == {}

@@ -140,11 +140,13 @@ def test_a_missing_marker_leaves_both_files_as_they_were(results, tmp_path, monk
     assert not [p for p in tmp_path.iterdir() if p.suffix == ".tmp"], "no temporary file left"
 
 
+@pytest.mark.repo
 def test_the_figures_are_linked_from_docs(results):
     links = re.findall(r"\]\(([^)]+\.png)\)", results_section())
     assert links and all(link.startswith("../figures/") for link in links), links
 
 
+@pytest.mark.repo
 def test_the_committed_reports_are_what_the_canonical_results_render(monkeypatch):
     """README.md and docs/RESULTS.md hold what `LAB_RESULTS_DIR=data/reference/results python -m
     lab.tools.readme_report` writes: a hand edit between the markers, or a template or canonical result changed
@@ -161,6 +163,7 @@ def test_the_committed_reports_are_what_the_canonical_results_render(monkeypatch
     assert between(results_md, NOTEBOOKS) == notebooks_section(), "the notebooks table is every notebook's title cell"
 
 
+@pytest.mark.repo
 def test_the_workshops_lesson_times_are_the_executed_copies_own(tmp_path):
     import json
 
@@ -205,6 +208,7 @@ def test_a_lesson_is_named_from_its_results_file():
     assert (in_words(4), in_words(12)) == ("four", "12")
 
 
+@pytest.mark.repo
 def test_the_readme_is_a_front_door():
     """Short; names the test command and the main job; its course map lists every notebook on disk."""
     root = lab.tools.readme_report.PROJECT_ROOT
