@@ -9,7 +9,7 @@ import random
 import pytest
 
 from lab.audit import audit
-from lab.audit.breakers import breakers_in
+from lab.audit.breakers import FixReplay, breakers_in
 from lab.audit.prompts import load_tokenizer, read_prompts
 from lab.audit.replay import replay_hit_rate
 from lab.audit.report import terminal_summary, write_report
@@ -45,7 +45,7 @@ def model_with_template(tmp_path_factory):
 
 
 def found_in(path, tokenizer):
-    return breakers_in(read_prompts(path, tokenizer, progress=False), tokenizer, block_size=BLOCK, kv_tokens=KV)
+    return breakers_in(read_prompts(path, tokenizer, progress=False), tokenizer, FixReplay(BLOCK, KV))
 
 
 def replayed(path, tokenizer) -> float:

@@ -43,6 +43,15 @@ def test_a_bailian_file_through_the_command_line(tmp_path, capsys):
     assert report["hit_rate"] == pytest.approx(sum(cached) / sum((4, 4, 6, 6, 8, 8)))
 
 
+def test_a_flag_a_block_trace_ignores_is_named_and_one_it_reads_is_not(tmp_path, capsys):
+    log = str(bailian_log(tmp_path / "bailian.jsonl.gz"))
+    assert main([log, "--kv-tokens", "10000", "--replicas", "2", "--out", str(tmp_path / "a")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main([log, "--block-sizes", "16", "--field-sample", "50", "--out", str(tmp_path / "b")]) == 0
+    warned = capsys.readouterr().err
+    assert "--block-sizes, --field-sample ignored" in warned and "--kv-tokens" in warned
+
+
 def test_the_conversation_trace_reports_the_curve_windows_and_fleet():
     result = audit_trace(CONVERSATION, AuditSettings(kv_tokens=3_000_000, replicas=16, progress=False))
     assert result.requests == 12_031 and result.curve_requests == 12_031

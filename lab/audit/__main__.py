@@ -92,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
 def _trace(path: str, settings: AuditSettings, out: str | None) -> int:
     from lab.audit import trace_audit
 
+    if ignored := trace_audit.ignored_settings(settings):
+        print(f"warning: {path} is a block-hash trace (no text): {', '.join(ignored)} ignored; it is audited at "
+              "--kv-tokens per node and --replicas nodes", file=sys.stderr)
     result = trace_audit.audit_trace(path, settings)
     print(trace_audit.summary(result))
     print(f"wrote {trace_audit.write(result, out)}")

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lab.audit.breakers import Breakers, breakers_in
+from lab.audit.breakers import Breakers, FixReplay, breakers_in
 from lab.audit.fields import Divergence, Field, breaking_fields, move_line_to_end, where_prompts_diverge
 from lab.audit.misses import Misses, attribute
 from lab.audit.piece_tokens import TokenEncoder
@@ -173,9 +173,8 @@ def _breakers(trace: Trace, settings: AuditSettings, tokenizer, encoder: TokenEn
     """The prefix-breakers found in the first `field_sample` requests (lab.audit.breakers), each fix replayed at the
     chosen block size and capacity through the same template, ranked by measured gain (as sent: the hit rates'
     own replay of those requests)."""
-    return breakers_in(trace.sample, tokenizer, block_size=rates.best_size, kv_tokens=settings.kv_tokens,
-                       count=settings.field_sample, encoder=encoder, cost_model=cost_model,
-                       output_tokens=settings.output_tokens, cached=rates.cached)
+    return breakers_in(trace.sample, tokenizer, FixReplay.of(settings, rates.best_size, cost_model),
+                       count=settings.field_sample, encoder=encoder, cached=rates.cached)
 
 
 @dataclass

@@ -7,6 +7,7 @@ projection on this model, the engine confirmation) are named as needing text.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -71,6 +72,17 @@ def windows(trace: BlockTrace, cached: np.ndarray, count: int = WINDOWS) -> pd.D
     table = frame.groupby("window").agg(requests=("input", "size"), input_tokens=("input", "sum"),
                                         cached_tokens=("cached", "sum")).reset_index()
     return table.assign(start_s=table.window * span / count, hit_rate=table.cached_tokens / table.input_tokens)
+
+
+# the settings a block-hash trace is audited with; the others need the prompts' text or tokens
+TRACE_SETTINGS = ("kv_tokens", "replicas", "progress")
+
+
+def ignored_settings(settings: AuditSettings) -> list[str]:
+    """The settings changed from their defaults that a block-hash trace has no use for, as the flags that set them."""
+    default = AuditSettings()
+    return [f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(AuditSettings)
+            if f.name not in TRACE_SETTINGS and getattr(settings, f.name) != getattr(default, f.name)]
 
 
 def audit_trace(path: str | Path, settings: AuditSettings | None = None) -> TraceAudit:

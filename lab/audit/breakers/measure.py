@@ -10,8 +10,10 @@ from dataclasses import dataclass
 
 from lab.audit.breakers.catalogue import CATALOGUE, Breaker
 from lab.audit.breakers.example import Example, example
-from lab.audit.breakers.requests import Detection, Renderer, Request, changed
+from lab.audit.breakers.requests import Detection, Renderer, Request, changed, requests_of
 from lab.audit.projection import Projection, project
+from lab.audit.prompts import Prompts
+from lab.audit.settings import AuditSettings
 from lab.core.block_hash import REPLAY_HASH, kv_blocks
 from lab.core.prefix_cache import PrefixCache
 
@@ -61,6 +63,23 @@ class Breakers:
     min_gain_points: float = 1.0
 
 
+@dataclass(frozen=True)
+class FixReplay:
+    """How each fix is replayed and judged: the pool (`block_size`, `kv_tokens` of KV capacity), the cost model that
+    projects both sides (None: hit rates only), the answer length it assumes, and the least gain worth advising (a
+    share of the prompt tokens: 0.01 is one point of hit rate)."""
+    block_size: int
+    kv_tokens: int
+    cost_model: object | None = None
+    output_tokens: int = 8
+    min_gain: float = 0.01
+
+    @classmethod
+    def of(cls, settings: AuditSettings, block_size: int, cost_model=None) -> FixReplay:
+        """The audit's own: its capacity and answer length, at the block size its hit rates chose."""
+        return cls(block_size, settings.kv_tokens, cost_model, settings.output_tokens)
+
+
 @dataclass
 class _State:
     requests: list[Request]
@@ -75,10 +94,10 @@ class _State:
 class _Replay:
     """Rewrites and replays, with the audit's block size, capacity, salts, template and cost model."""
 
-    def __init__(self, renderer: Renderer, block_size: int, kv_tokens: int, salts, cost_model, output_tokens: int):
-        self.renderer, self.block_size, self.kv_tokens = renderer, block_size, kv_tokens
+    def __init__(self, renderer: Renderer, judged: FixReplay, salts):
+        self.renderer, self.block_size, self.kv_tokens = renderer, judged.block_size, judged.kv_tokens
         self.salts = salts if salts and any(s is not None for s in salts) else None
-        self.cost_model, self.output_tokens = cost_model, output_tokens
+        self.cost_model, self.output_tokens = judged.cost_model, judged.output_tokens
         self.context = getattr(renderer.tokenizer, "model_max_length", None) or 10 ** 9
 
     def cached(self, ids: Sequence[Sequence[int]]) -> list[int]:
@@ -131,17 +150,19 @@ def _recommendation(rank: int, breaker: Breaker, detection: Detection, before: _
         breaker.changes_what_the_model_sees, breaker.caveat)
 
 
-def find_breakers(requests: Sequence[Request], token_ids: Sequence[Sequence[int]], renderer: Renderer, *,
-                  block_size: int, kv_tokens: int, salts=None, lines: Sequence[int] = (), cost_model=None,
-                  output_tokens: int = 8, min_gain: float = 0.01, catalogue: Sequence[Breaker] = CATALOGUE,
-                  cached: Sequence[int] | None = None) -> Breakers:
-    """Every breaker of `catalogue` looked for in `requests` (their `token_ids` as the audit read them); each one
-    found fixed and replayed; the best fix kept if it gains `min_gain` or more, the rest tried again on top of it,
-    until none gains enough. A fix that gains less is never recommended. `cached`: the requests' cached tokens as
-    sent, where already replayed."""
-    replay = _Replay(renderer, block_size, kv_tokens, salts, cost_model, output_tokens)
-    ids = [list(i) for i in token_ids]
-    state = _State(list(requests), ids, [int(c) for c in cached] if cached is not None else replay.cached(ids))
+def find_breakers(sample: Prompts, renderer: Renderer, judged: FixReplay, *, count: int | None = None,
+                  catalogue: Sequence[Breaker] = CATALOGUE, cached: Sequence[int] | None = None) -> Breakers:
+    """Every breaker of `catalogue` looked for in the first `count` requests of `sample` (default: all; their
+    token ids as the audit read them); each one found fixed and replayed as `judged` says; the best fix kept if it
+    gains `judged.min_gain` or more, the rest tried again on top of it, until none gains enough. A fix that gains
+    less is never recommended. `cached`: the requests' cached tokens as sent, where already replayed (the first
+    requests' are the same however many follow them)."""
+    count = len(sample.texts) if count is None else min(count, len(sample.texts))
+    min_gain, lines = judged.min_gain, sample.lines[:count]
+    replay = _Replay(renderer, judged, sample.salts[:count])
+    ids = [list(i) for i in sample.token_ids[:count]]
+    cached = list(cached[:count]) if cached is not None else replay.cached(ids)
+    state = _State(requests_of(sample, count), ids, [int(c) for c in cached])
     start = state.hit_rate
     remaining = {b.name: b for b in catalogue}
     first = {name: b.detect(state.requests, renderer) for name, b in remaining.items()}
@@ -159,8 +180,8 @@ def find_breakers(requests: Sequence[Request], token_ids: Sequence[Sequence[int]
         trials = _trials(replay, state, remaining, None)
     not_worth = [_not_worth(name, detection, result, state, min_gain, bool(ranked))
                  for name, (detection, result) in trials.items()]
-    return Breakers(ranked, not_worth, [b.name for b in catalogue], len(ids), block_size, kv_tokens, start,
-                    100 * min_gain)
+    return Breakers(ranked, not_worth, [b.name for b in catalogue], len(ids), judged.block_size, judged.kv_tokens,
+                    start, 100 * min_gain)
 
 
 def _not_worth(name: str, detection: Detection, result, state: _State, min_gain: float, on_top: bool) -> NotWorth:
