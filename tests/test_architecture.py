@@ -9,10 +9,12 @@ import re
 import tokenize
 from pathlib import Path
 
+import nbformat
 import pytest
 from whole_tree import failures
 
 from lab import PROJECT_ROOT
+from lab.tools.stale import lesson_cells
 
 pytestmark = pytest.mark.repo  # the repository's content, not behaviour: make check-repo
 
@@ -134,3 +136,33 @@ def test_nothing_points_outside_the_repository():
     outside = [str(p.relative_to(PROJECT_ROOT)) for p in tracked
                if re.search(r"\.\./shared|DESIGN\.md", p.read_text(errors="replace"))]
     assert outside == []
+
+
+
+# Each rule has one home (issue 50): the bound 1 / (1 - h) in lab.experiments.gains.amdahl_bound and the token hit
+# rate in lab.core.block_hash.token_hit_rate. Written out anywhere else, two copies can drift apart.
+RULE_HOMES = {"lab.experiments.gains", "lab.core.block_hash"}
+WRITTEN_OUT = {  # over code_only's text: tokens joined by spaces, strings and comments gone
+    "1 / (1 - h): use amdahl_bound": re.compile(r"\b1(\.0)? / \( 1(\.0)? - [\w.]+ \)"),
+    # a set of requests' rate, summed over them; a single request's or window's share, row by row, is not this rule
+    "a token hit rate: use token_hit_rate": re.compile(
+        r"(cached_tokens|\bhits)\.sum \( \) / [^/\n]{0,30}\b(prompt_tokens|queries)\b|sum \( [\w.]*cached_tokens \) / sum"),
+}
+
+
+def rule_sources():
+    for module in MODULES:
+        if module not in RULE_HOMES:
+            yield module, code_only(path_of(module).read_text())
+    for path in sorted((PROJECT_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        cells = lesson_cells(nbformat.read(path, as_version=4))  # an exercise's solution is the learner's to write
+        yield f"notebooks/{path.name}", "\n".join(code_only(c.source) for c in cells if c.cell_type == "code")
+
+
+def writes_no_rule_out(item: tuple[str, str]) -> None:
+    found = [f"{why} ({m.group(0)!r})" for why, rule in WRITTEN_OUT.items() for m in rule.finditer(item[1])]
+    assert not found, "; ".join(found)
+
+
+def test_each_rule_has_one_home():
+    assert failures(writes_no_rule_out, rule_sources(), lambda item: item[0]) == {}

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from lab.core.block_hash import token_hit_rate
 from lab.experiments.cost_model import CostModel
 from lab.experiments.gains import amdahl_bound
 from lab.experiments.verdict import Spread, Verdict, within_tolerance
@@ -88,7 +89,7 @@ def judge_projection(gains: Sequence[float], projected: float | None, tolerance:
 def project(model: CostModel, prompt_tokens: Sequence[int], cached_tokens: Sequence[int],
             output_tokens: int = 8) -> Projection:
     """The cost model's projection for requests all submitted at once, each answering `output_tokens`."""
-    hit_rate = sum(cached_tokens) / sum(prompt_tokens)
+    hit_rate = token_hit_rate(cached_tokens, prompt_tokens)
     p = model.project(prompt_tokens, cached_tokens, output_tokens)
     return Projection(hit_rate, p["throughput_gain"], p["ttft_change"], amdahl_bound(hit_rate),
                       len(prompt_tokens), output_tokens)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from lab.core.block_hash import token_hit_rate
 from lab.serving.client import NO_RETRY, Retry, complete_concurrently, stream_completion
 from lab.serving.fleet import Fleet
 from lab.serving.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, REQUEST_SUCCESS
@@ -93,7 +94,7 @@ def summarize_routing(requests: pd.DataFrame, replicas: pd.DataFrame) -> pd.Seri
     return pd.Series({
         "requests": len(requests),
         "failed": int(failed.sum()),
-        "fleet_hit_rate": replicas.hits.sum() / replicas.queries.sum(),
+        "fleet_hit_rate": token_hit_rate(replicas.hits, replicas.queries),
         "imbalance": per_replica.max() / per_replica.mean() if per_replica.mean() else float("nan"),
         "requests_per_replica": "/".join(str(int(n)) for n in per_replica),
         "p50_ttft_ms": requests.ttft_ms.quantile(0.5),
