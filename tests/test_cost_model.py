@@ -87,11 +87,12 @@ def test_a_fit_is_saved_per_model_and_back_end_and_read_back(tmp_path, monkeypat
 
 def test_on_a_clock_a_lone_request_takes_its_prefill_step_and_a_queue_waits():
     costs = [0.003, 8e-5, 5e-5, 2e-5]
-    alone = cost_model.ttfts_with_arrivals(costs, [100, 100], [0, 0], [1, 1], [0.0, 10.0], **LIMITS)
+    alone = CostModel(dict(zip(TERMS, costs)), **LIMITS, fit_error=0).ttfts_with_arrivals([100, 100], [0, 0], [1, 1],
+                                                                                          [0.0, 10.0])
     step = float(np.dot(costs, [1, 1, 100, attention(0, 100)]))
     assert alone.tolist() == pytest.approx([step, step])
-    seats = cost_model.ttfts_with_arrivals(costs, [100] * 3, [0] * 3, [50] * 3, [0.0, 0.0, 0.0],
-                                           max_num_batched_tokens=4096, max_num_seqs=2)
+    two_seats = CostModel(dict(zip(TERMS, costs)), max_num_batched_tokens=4096, max_num_seqs=2, fit_error=0)
+    seats = two_seats.ttfts_with_arrivals([100] * 3, [0] * 3, [50] * 3, [0.0, 0.0, 0.0])
     assert seats[2] > 40 * costs[0], "the third waits for a seat: about fifty decode steps"
 
 

@@ -184,28 +184,45 @@ def _check_file(path: Path) -> None:
                               "(or a Parquet file with a prompt or messages column)")
 
 
+CHUNK_RECORDS = 1000  # records tokenized in one call: the tokenizer's batch, and the unit of the progress bar
+
+
+@dataclass
+class BadLines:
+    """What happens to a bad line of `path`: it raises AuditInputError naming the file and line, or with
+    `skip_bad` its message is listed in `skipped`."""
+
+    path: str | Path
+    skip_bad: bool = False
+    skipped: list[str] = field(default_factory=list)
+
+    def reject(self, message: str) -> None:
+        if not self.skip_bad:
+            raise AuditInputError(message + " (--skip-bad skips bad lines and counts them)")
+        self.skipped.append(message)
+
+
 def tokenized_chunks(path: str | Path, tokenizer, *, skipped: list[str], max_model_len: int | None = None,
-                     skip_bad: bool = False, chunk: int = 1000, arrays: bool = False) -> Iterator[list[tuple[dict, list[int]]]]:
-    """The good records of a prompts file with their token ids, `chunk` at a time, in file order. A prompt longer
-    than the model's context is a bad record too. Bad records raise AuditInputError naming the file and line, or
-    with `skip_bad` are listed in `skipped`; a file with no good record raises at the end. `arrays`: the ids as
-    numpy arrays instead of lists."""
+                     skip_bad: bool = False) -> Iterator[list[tuple[dict, list[int]]]]:
+    """The good records of a prompts file with their token ids, CHUNK_RECORDS at a time, in file order. A prompt
+    longer than the model's context is a bad record too. Bad records raise AuditInputError naming the file and line,
+    or with `skip_bad` are listed in `skipped`; a file with no good record raises at the end."""
     path = Path(path)
     _check_file(path)
     limit = max_model_len or getattr(tokenizer, "model_max_length", None)
+    bad = BadLines(path, skip_bad, skipped)
     records, found, encoder = _good_records(path, tokenizer, skip_bad, skipped), 0, TokenEncoder(tokenizer)
-    while batch := list(itertools.islice(records, chunk)):
+    while batch := list(itertools.islice(records, CHUNK_RECORDS)):
         found += len(batch)
-        yield tokenize_batch(batch, encoder, path=path, limit=limit, skip_bad=skip_bad, skipped=skipped,
-                             arrays=arrays)
+        yield tokenize_batch(batch, encoder, bad, limit=limit)
     if not found:
         raise_nothing_to_audit(path, skipped)
 
 
-def tokenize_batch(batch: list[dict], encoder: TokenEncoder, *, path: str | Path, limit: int | None, skip_bad: bool,
-                   skipped: list[str], arrays: bool = False) -> list[tuple[dict, list[int] | np.ndarray]]:
-    """The good records of one batch (good_records) with their token ids; one longer than `limit` tokens is a bad
-    record too."""
+def tokenize_batch(batch: list[dict], encoder: TokenEncoder, bad: BadLines, *, limit: int | None,
+                   arrays: bool = False) -> list[tuple[dict, list[int] | np.ndarray]]:
+    """The good records of one batch (good_records) with their token ids (`arrays`: as numpy arrays); one longer
+    than `limit` tokens is a bad record too, handed to `bad`."""
     ids_of = encoder.arrays if arrays else encoder.ids
     plain = iter(ids_of([g["text"] for g in batch if not g["chat"]]))
     chats = iter(ids_of([g["text"] for g in batch if g["chat"]], add_special_tokens=False))
@@ -213,11 +230,8 @@ def tokenize_batch(batch: list[dict], encoder: TokenEncoder, *, path: str | Path
     for g in batch:
         ids = next(chats) if g["chat"] else next(plain)
         if limit and len(ids) > limit:
-            message = (f"{path}:{g['line']}: {len(ids)} tokens, longer than the model's context of {limit}; "
+            bad.reject(f"{bad.path}:{g['line']}: {len(ids)} tokens, longer than the model's context of {limit}; "
                        "shorten it, or audit with a model whose context holds it (--model)")
-            if not skip_bad:
-                raise AuditInputError(message + " (--skip-bad skips bad lines and counts them)")
-            skipped.append(message)
             continue
         kept.append((g, ids))
     return kept

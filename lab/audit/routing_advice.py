@@ -11,6 +11,7 @@ from lab.core.block_hash import kv_blocks
 from lab.experiments.fleet_sim import SIMULATED_ROUTER_POLICIES, CacheAwareKnobs, FleetSim, hash_requests, summarize_sim
 
 THRESHOLDS = (0.3, 0.5, 0.8)  # cache_aware --cache-threshold values tried
+MAX_IMBALANCE = 1.5  # the recommended policy sends at most this times the mean load to one replica
 
 
 @dataclass
@@ -37,10 +38,10 @@ class SaltCost:
 
 
 def fleet_policies(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | None], replicas: int, block_size: int,
-                   kv_tokens: int, max_imbalance: float = 1.5, progress: bool = False) -> FleetAdvice:
+                   kv_tokens: int, progress: bool = False) -> FleetAdvice:
     """Every router policy (cache_aware at several cache thresholds) simulated over `replicas` replicas
     of `kv_tokens` each, with 2 requests per replica in flight; the recommendation is the highest hit rate
-    whose load imbalance (max / mean requests) stays within `max_imbalance`."""
+    whose load imbalance (max / mean requests) stays within MAX_IMBALANCE."""
     from tqdm.auto import tqdm
 
     keys = list(tenants) if all(t is not None for t in tenants) else None
@@ -60,9 +61,9 @@ def fleet_policies(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | N
         rows.append({"policy": name, "fleet_hit_rate": s.fleet_hit_rate, "imbalance": s.imbalance,
                      "session_key": "tenant" if policy == "consistent_hash" and keys else ""})
     table = pd.DataFrame(rows)
-    recommended = _recommend(table, max_imbalance)
+    recommended = _recommend(table, MAX_IMBALANCE)
     return FleetAdvice(replicas, len(token_ids), recommended, table, routes[recommended],
-                       _reason(table, recommended, max_imbalance))
+                       _reason(table, recommended, MAX_IMBALANCE))
 
 
 def _recommend(table: pd.DataFrame, max_imbalance: float) -> str:

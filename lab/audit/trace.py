@@ -27,6 +27,7 @@ from lab.audit.block_arrays import NO_SALT, BlockArrays, content_hashes, flatten
 from lab.audit.piece_tokens import TokenEncoder
 from lab.audit.prompts import (
     AuditInputError,
+    BadLines,
     Prompts,
     arrival_key,
     good_records,
@@ -194,8 +195,8 @@ class _Reader:
         self.encoder = self.encoder or TokenEncoder(self.tokenizer)
         skipped: list[str] = []
         good = list(good_records(records, self.tokenizer, self.skip_bad, skipped))
-        kept = tokenize_batch(good, self.encoder, path=self.path, limit=self.limit, skip_bad=self.skip_bad,
-                              skipped=skipped, arrays=True)
+        kept = tokenize_batch(good, self.encoder, BadLines(self.path, self.skip_bad, skipped), limit=self.limit,
+                              arrays=True)
         tokens, lengths = flatten([ids for _, ids in kept])
         blocks = {size: content_hashes(tokens, lengths, size) for size in self.block_sizes}
         candidates = [(entry, ids.copy()) for entry, ids in kept  # a copy: a view would hold the whole chunk's ids

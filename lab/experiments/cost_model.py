@@ -96,14 +96,14 @@ def schedule(prompt_tokens: Sequence[int], cached_tokens: Sequence[int], output_
     return Schedule(first, totals)
 
 
-def ttfts_with_arrivals(costs: Sequence[float], prompt_tokens: Sequence[int], cached_tokens: Sequence[int],
-                        output_tokens: Sequence[int], arrivals_s: Sequence[float], *, max_num_batched_tokens: int,
-                        max_num_seqs: int) -> np.ndarray:
+def _ttfts_with_arrivals(costs: Sequence[float], prompt_tokens: Sequence[int], cached_tokens: Sequence[int],
+                         output_tokens: Sequence[int], arrivals_s: Sequence[float], limits: tuple[int, int]) -> np.ndarray:
     """Each request's TTFT (seconds) when requests arrive at `arrivals_s` (in order) and each step costs
     `costs` (one per TERMS) times its quantities: the same scheduler, now on a clock."""
     n = len(prompt_tokens)
     done, produced, ttft = list(cached_tokens), [0] * n, np.zeros(n)
     arriving, waiting, running, now, theta = deque(range(n)), deque(), [], 0.0, np.asarray(costs)
+    max_num_batched_tokens, max_num_seqs = limits
     while arriving or waiting or running:
         while arriving and arrivals_s[arriving[0]] <= now:
             waiting.append(arriving.popleft())
@@ -160,10 +160,15 @@ class CostModel:
         from lab.experiments.measure import arrival_times
 
         arrivals = arrival_times(len(prompt_tokens), "online", rate, seed)
-        ttft = ttfts_with_arrivals([self.costs[t] for t in TERMS], prompt_tokens, cached_tokens,
-                                   [output_tokens] * len(prompt_tokens), arrivals,
-                                   max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs)
+        ttft = self.ttfts_with_arrivals(prompt_tokens, cached_tokens, [output_tokens] * len(prompt_tokens), arrivals)
         return 1e3 * float(np.quantile(ttft, 0.99))
+
+    def ttfts_with_arrivals(self, prompt_tokens: Sequence[int], cached_tokens: Sequence[int],
+                            output_tokens: Sequence[int], arrivals_s: Sequence[float]) -> np.ndarray:
+        """Each request's TTFT (seconds) when requests arrive at `arrivals_s` (in order) and each step costs what the
+        fit says: the same scheduler as `project`, now on a clock."""
+        return _ttfts_with_arrivals([self.costs[t] for t in TERMS], prompt_tokens, cached_tokens, output_tokens,
+                                    arrivals_s, (self.max_num_batched_tokens, self.max_num_seqs))
 
     def capacity(self, prompt_tokens, cached_tokens, output_tokens: int, target_ms: float, *,
                  seconds: float | None = None, min_prompts: int = 8, tolerance: float = 0.02) -> float:

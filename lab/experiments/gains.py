@@ -20,7 +20,7 @@ from lab.serving.engine import make_llm
 
 
 def check_fraction(name: str, value: float) -> None:
-    number_in(name, value, 0, 1, "a number in [0, 1) (a share of each prompt's tokens)", high_open=True)
+    number_in(name, value, 0, 1, "a number in [0, 1) (a share of each prompt's tokens)", ends="[)")
 
 
 def amdahl_bound(hit_rate: float) -> float:

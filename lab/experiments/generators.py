@@ -237,7 +237,7 @@ GENERATORS: dict[str, Callable[..., list[Record]]] = {
 def shared_fraction_prompts(tokenizer, count: int, fraction: float, prompt_tokens: int, seed: int = 0) -> list[list[int]]:
     """`count` prompts of exactly `prompt_tokens` token ids: the first `fraction` of them one shared text,
     the rest unique to each prompt (it starts with the prompt's own number, so no later block is shared)."""
-    number_in("fraction", fraction, 0, 1, "a number in [0, 1) (a share of each prompt's tokens)", high_open=True)
+    number_in("fraction", fraction, 0, 1, "a number in [0, 1) (a share of each prompt's tokens)", ends="[)")
     positive_int("count", count)
     positive_int("prompt_tokens", prompt_tokens, "an integer of at least 2", minimum=2)
     rng = random.Random(seed)

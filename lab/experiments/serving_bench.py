@@ -43,7 +43,7 @@ def export_custom_dataset(prompts: Sequence[str], path: str | Path, *, overwrite
 
 def check_rate(request_rate: Any) -> None:
     number_in("request_rate", request_rate, 0, math.inf, "a positive number of requests per second "
-              "(math.inf: all at once)", low_open=True)
+              "(math.inf: all at once)", ends="(]")
 
 
 def context_length(server: VLLMServer) -> int:
@@ -169,7 +169,7 @@ def find_capacity(server: VLLMServer, target_ms: float, *, low: float, high: flo
     per `seconds_per_rate` misses) and every run. `known`: rates already measured (rate -> met the target), e.g. the
     sweep's bracket ends (`bracket_results`): they are not run again, so the search stays inside that bracket and
     never reports less than a rate the sweep saw pass."""
-    number_in("tolerance", tolerance, 0, 1, "a fraction, e.g. 0.1 for capacity to within 10%", low_open=True)
+    number_in("tolerance", tolerance, 0, 1, "a fraction, e.g. 0.1 for capacity to within 10%", ends="(]")
     runs: list[dict[str, Any]] = []
     known = dict(known or {})
 

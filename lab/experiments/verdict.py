@@ -191,7 +191,7 @@ def timing_check(ratios: Sequence[float], claim: str, bound: float, *, quantity:
 
     if claim not in CLAIMS:
         raise ValueError(f"claim={claim!r} must be one of {sorted(CLAIMS)}")
-    number_in("false_alarm_rate", false_alarm_rate, 0, 0.5, "a fraction in (0, 0.5)", low_open=True)
+    number_in("false_alarm_rate", false_alarm_rate, 0, 0.5, "a fraction in (0, 0.5)", ends="(]")
     logs = _logs(quantity, ratios)
     groups = [_logs("noise", group) for group in noise]
     sd, freedom = _pooled_sd([logs, *groups])
