@@ -161,8 +161,8 @@ def find_breakers(sample: Prompts, renderer: Renderer, judged: FixReplay, *, cou
     min_gain, lines = judged.min_gain, sample.lines[:count]
     replay = _Replay(renderer, judged, sample.salts[:count])
     ids = [list(i) for i in sample.token_ids[:count]]
-    cached = list(cached[:count]) if cached is not None else replay.cached(ids)
-    state = _State(requests_of(sample, count), ids, [int(c) for c in cached])
+    cached = [int(c) for c in cached[:count]] if cached is not None else replay.cached(ids)
+    state = _State(requests_of(sample, count), ids, cached)
     start = state.hit_rate
     remaining = {b.name: b for b in catalogue}
     first = {name: b.detect(state.requests, renderer) for name, b in remaining.items()}
