@@ -12,7 +12,7 @@ from lab.audit import audit
 from lab.audit.breakers import FixReplay, breakers_in
 from lab.audit.prompts import load_tokenizer, read_prompts
 from lab.audit.replay import replay_hit_rate
-from lab.audit.report import terminal_summary, write_report
+from lab.audit.report import breaker_lines, terminal_summary, write_report
 from lab.core.model import ensure_model
 from lab.experiments.generators import chat_messages, rag, text_of_tokens
 
@@ -257,3 +257,33 @@ def test_several_breakers_are_ranked_each_on_top_of_the_ones_above(tmp_path, tok
     first, second = found.recommendations
     assert second.hit_rate_before == first.hit_rate_after and second.gain_points >= 1
     assert abs(second.hit_rate_after - replayed(write_jsonl(tmp_path / "fixed.jsonl", log(True)), tok)) <= 0.01
+
+
+# --- beyond prefixes ----------------------------------------------------------------------------------------
+
+def test_chunks_are_the_passages_and_the_text_around_them():
+    from lab.audit.breakers.anywhere import chunks
+
+    text = "Context:\n[doc 3] the third\n[doc 1] the first\nQuestion: why?"
+    assert chunks(text) == [(False, "Context:"), (True, " the third"), (True, " the first"), (False, "Question: why?")]
+    assert chunks("no passage here") == [(False, "no passage here")]
+
+
+def test_passages_in_new_subsets_need_blending_and_one_set_in_new_orders_does_not(tmp_path, tok, write_jsonl):
+    """Three of twelve passages per question: sorting them leaves most passages behind ones they never followed,
+    so reuse anywhere reaches far more than a prefix. The same three in every order: sorting captures it all."""
+    from lab.audit.breakers.anywhere import MARGIN_POINTS
+
+    subsets = found_in(write_jsonl(tmp_path / "subsets.jsonl", rag_chat(count=80)), tok).anywhere
+    assert subsets is not None and subsets.gap_points > 10 and not subsets.reordering_captures_it
+    assert "only blending reaches" in subsets.sentence()
+    one_set = found_in(write_jsonl(tmp_path / "one_set.jsonl", rag_chat(count=80, documents=3)), tok)
+    assert one_set.recommendations[0].breaker == "passage_order"
+    assert 0 <= one_set.anywhere.gap_points < MARGIN_POINTS and one_set.anywhere.reordering_captures_it
+    assert "reordering, which is exact, already captures it" in one_set.anywhere.sentence()
+    assert "beyond prefixes: reusing a passage" in "\n".join(breaker_lines(one_set))
+
+
+def test_a_log_without_passages_has_no_estimate_beyond_prefixes(tmp_path, tok, write_jsonl):
+    log = write_jsonl(tmp_path / "plain.jsonl", [{"prompt": f"Question {i}: " + "same words " * 40} for i in range(20)])
+    assert found_in(log, tok).anywhere is None

@@ -247,7 +247,7 @@ def breaker_lines(b) -> list[str]:
                   f"{r.hit_rate_after:.1%} ({r.gain_points:+.1f} points)", f"       found: {r.found}",
                   f"       {_projected(r)}", f"       {sees}: {r.caveat}", f"       e.g. {_example(r)}"]
     lines += [f"    found, not worth changing: {n.breaker} ({n.found}): {n.reason}" for n in b.not_worth]
-    return lines
+    return lines + ([f"    beyond prefixes: {b.anywhere.sentence()}"] if b.anywhere else [])
 
 
 def _breakers_html(b) -> list[str]:
@@ -268,4 +268,6 @@ def _breakers_html(b) -> list[str]:
         parts.append("<p>No fix gains enough: nothing to change here.</p>")
     if b.not_worth:
         parts += ["<h3>Found, not worth changing</h3>", _table(pd.DataFrame([vars(n) for n in b.not_worth]))]
+    if b.anywhere:
+        parts += ["<h3>Beyond prefixes</h3>", f"<p>{html.escape(b.anywhere.sentence()[0].upper() + b.anywhere.sentence()[1:])}.</p>"]
     return parts

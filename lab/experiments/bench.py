@@ -2,11 +2,15 @@
 
     python -m lab.experiments.bench mini [--requests N] [--prefix-tokens T] [--block-size B]
     python -m lab.experiments.bench sim [--points 10000x64 100000x256]
+    python -m lab.experiments.bench blend [--preset smollm2] [--passage-tokens 512] [--prompts 6] [--repeats 5]
 
 `mini` sends one shared-prefix workload, one request at a time, through lab.core.mini_engine and through
 vLLM, each with prefix caching on and off, and saves per-request TTFT under data/results/.
 `sim` times `lab.experiments.fleet_sim`: a tenants trace of N requests over R replicas (twice as many tenants
 as replicas, two requests per replica in flight), hashed once, then routed under every policy.
+`blend` fills RAG prompts (a system text, 4 stored passages, a question) by each method of lab.core.passage_cache:
+its TTFT against the full prefill's, side by side on one engine and as a share of CacheBlend's ceiling, and its
+quality against the full prefill's (lab.experiments.passage_reuse).
 """
 
 from __future__ import annotations
@@ -151,6 +155,41 @@ def bench_sim(args: argparse.Namespace) -> int:
     return 0
 
 
+def blend_methods(ratio: float, check_layer: int, k: int) -> list:
+    from lab.core.passage_cache import Method
+
+    return [Method("full"), Method("prefix"), Method("naive"), Method("cacheblend", ratio, check_layer),
+            Method("epic", k=k)]
+
+
+def bench_blend(args: argparse.Namespace) -> int:
+    from lab.core.passage_cache import PassageEngine, ceiling
+    from lab.experiments.passage_reuse import make_passages, quality_rows, rag_prompts, speedups, timing_rows
+
+    model_path = ensure_model(args.preset)
+    tokenizer, engine = tokenizer_for(model_path), PassageEngine(model_path)
+    prompts = rag_prompts(tokenizer, make_passages(tokenizer, 8, args.passage_tokens), args.prompts, per_prompt=4)
+    methods = blend_methods(args.ratio, args.check_layer, args.k)
+    env = environment(benchmark="blend", preset=args.preset, passage_tokens=args.passage_tokens, passages=4,
+                      prompts=args.prompts, repeats=args.repeats, ratio=args.ratio, check_layer=args.check_layer,
+                      k=args.k, order="methods in a new random order each round, one engine")
+    timing = timing_rows(engine, prompts[0], methods, args.repeats)
+    quality = quality_rows(engine, prompts, methods, answer_tokens=8, tokenizer=tokenizer)
+    paths = [save_results(timing, "bench_blend_timing", env), save_results(quality, "bench_blend_quality", env)]
+    bound = ceiling(engine.n_layers, args.check_layer, args.ratio)
+    print(hardware_line(env))
+    print(f"prompt: {sum(map(len, prompts[0].chunks))} tokens; CacheBlend's ceiling {bound:.2f}x "
+          f"({engine.n_layers} layers, check layer {args.check_layer}, r = {args.ratio:g})")
+    print(speedups(timing).round(3).to_string(index=False))
+    blend = speedups(timing).set_index("method").loc[str(methods[3]), "speedup_median"]
+    print(f"CacheBlend: {blend:.2f}x the full prefill's speed, {blend / bound:.0%} of its ceiling")
+    print(quality.groupby("method", sort=False)[["kl_nats", "top1_agreement", "greedy_equal_tokens", "exact_match"]]
+          .mean().round(3).to_string())
+    for path in paths:
+        print(f"saved {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="benchmark", required=True)
@@ -161,7 +200,17 @@ def main(argv: list[str] | None = None) -> int:
     mini.add_argument("--preset", default="tiny")
     sim = sub.add_parser("sim", help="lab.experiments.fleet_sim: seconds per policy at a few fleet sizes")
     sim.add_argument("--points", nargs="+", default=["10000x64", "100000x256"], help="REQUESTSxREPLICAS ...")
+    blend = sub.add_parser("blend", help="lab.core.passage_cache: five fills of a RAG prompt, time and quality")
+    blend.add_argument("--preset", default="smollm2")
+    blend.add_argument("--passage-tokens", type=int, default=512)
+    blend.add_argument("--prompts", type=int, default=6)
+    blend.add_argument("--repeats", type=int, default=5)
+    blend.add_argument("--ratio", type=float, default=0.15)
+    blend.add_argument("--check-layer", type=int, default=1)
+    blend.add_argument("--k", type=int, default=16)
     args = parser.parse_args(argv)
+    if args.benchmark == "blend":
+        return bench_blend(args)
     if args.benchmark == "sim":
         return bench_sim(args)
     if args.requests < 1 or args.prefix_tokens < 1:

@@ -1,12 +1,14 @@
 """`python -m lab.tools.cell_times`: each cell of a run against the same cell of the canonical run, by time.
 
-    python -m lab.tools.cell_times [RUN_DIR] [--against docs/lessons] [--factor 2] [--min-seconds 2]
+    python -m lab.tools.cell_times [RUN_DIR] [--against docs/lessons] [--factor 2] [--min-seconds 10]
 
 A run (default: runs/full, what `make run` executed) is compared cell by cell, by the cells' ids, with the
 executed copies it is set against (default: docs/lessons, the canonical run). papermill records each cell's
 seconds. Printed: every lesson's seconds both ways, and every cell that took more than `factor` times its
-canonical seconds; cells under `min_seconds` in both runs are left out (a 0.1 s cell at 0.3 s says nothing),
-and so are cells new since the canonical run.
+canonical seconds; cells under `min_seconds` in both runs are left out, and so are cells new since the canonical
+run. Why 10 s: between two canonical runs on the 2-core machine, cells under 10 s moved by up to 7.9x (02's first
+forward pass, 0.6 s and 4.7 s: the first matrix products of a fresh process), cells of 10 s or more by at most 2.1x,
+and that one in a run with other work beside it. The stalls this guards against held a cell for 400-1,200 s.
 Exits 1 where such a cell exists, so a run that slowed somewhere is never called clean.
 """
 
@@ -42,7 +44,10 @@ def cell_seconds(path: Path) -> dict[str, tuple[float, str]]:
             for c in nb.cells if c.cell_type == "code"}
 
 
-def compare(run_dir: Path, against: Path, factor: float = 2.0, min_seconds: float = 2.0
+MIN_SECONDS = 10.0  # cells shorter than this in both runs are not judged: their run-to-run spread exceeds 2x
+
+
+def compare(run_dir: Path, against: Path, factor: float = 2.0, min_seconds: float = MIN_SECONDS
             ) -> tuple[list[tuple[str, float, float]], list[SlowCell]]:
     """Per lesson (name, seconds, canonical seconds), and the cells slower than `factor` x canonical."""
     lessons, slow = [], []
@@ -68,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("run_dir", nargs="?", type=Path, default=RUNS_DIR / "full")
     parser.add_argument("--against", type=Path, default=LESSONS_DIR)
     parser.add_argument("--factor", type=float, default=2.0)
-    parser.add_argument("--min-seconds", type=float, default=2.0)
+    parser.add_argument("--min-seconds", type=float, default=MIN_SECONDS)
     args = parser.parse_args(argv)
     lessons, slow = compare(args.run_dir, args.against, args.factor, args.min_seconds)
     for name, seconds, base in lessons:

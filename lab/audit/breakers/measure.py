@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lab.audit.breakers.anywhere import Anywhere, estimate
 from lab.audit.breakers.catalogue import CATALOGUE, Breaker
 from lab.audit.breakers.example import Example, example
 from lab.audit.breakers.requests import Detection, Renderer, Request, changed, requests_of
@@ -61,6 +62,7 @@ class Breakers:
     kv_tokens: int
     hit_rate: float  # the replayed requests' hit rate as the log sent them
     min_gain_points: float = 1.0
+    anywhere: Anywhere | None = None  # position-independent reuse beside the fixes' (None: the log has no passages)
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,7 @@ def find_breakers(sample: Prompts, renderer: Renderer, judged: FixReplay, *, cou
     not_worth = [_not_worth(name, detection, result, state, min_gain, bool(ranked))
                  for name, (detection, result) in trials.items()]
     return Breakers(ranked, not_worth, [b.name for b in catalogue], len(ids), judged.block_size, judged.kv_tokens,
-                    start, 100 * min_gain)
+                    start, 100 * min_gain, estimate(state.requests, renderer.tokenizer, state.hit_rate))
 
 
 def _not_worth(name: str, detection: Detection, result, state: _State, min_gain: float, on_top: bool) -> NotWorth:

@@ -32,7 +32,7 @@ class Plan:
     default: int = 1
 
 
-def _pieces(text: str, plan: Plan | None = None) -> list[tuple[str, str | None, list[str]]]:
+def split_pieces(text: str, plan: Plan | None = None) -> list[tuple[str, str | None, list[str]]]:
     """The text's lines grouped: ("passage", id, lines) per passage, ("blank" | "text", None, [line]) otherwise. A
     passage runs to the next marker, blank or labelled line, and under an id plan to its id's length at most."""
     lines, out, i = text.split("\n"), [], 0
@@ -63,7 +63,7 @@ def _runs(pieces) -> list[list[int]]:
     return [run for run in runs + [current] if len(run) > 1]
 
 
-def _body(lines: list[str]) -> str:
+def passage_body(lines: list[str]) -> str:
     """A passage's text without its marker."""
     return "\n".join([lines[0][MARKER.match(lines[0]).end():]] + lines[1:])
 
@@ -74,16 +74,16 @@ def _natural(identity: str) -> tuple:
 
 def _reorder(text: str, plan: Plan) -> str:
     """`text` with every run of passages in the stable order (by id, or by text under fixed markers)."""
-    pieces = _pieces(text, plan)
+    pieces = split_pieces(text, plan)
     for run in _runs(pieces):
         passages = [pieces[k] for k in run]
-        ordered = sorted(passages, key=lambda p: _natural(p[1]) if plan.by_id else _body(p[2]))
+        ordered = sorted(passages, key=lambda p: _natural(p[1]) if plan.by_id else passage_body(p[2]))
         for k, old, new in zip(run, passages, ordered):
             if plan.by_id:
                 pieces[k] = new
             else:  # the slot keeps its marker, the text moves
                 marker = old[2][0][:MARKER.match(old[2][0]).end()]
-                pieces[k] = ("passage", old[1], (marker + _body(new[2])).split("\n"))
+                pieces[k] = ("passage", old[1], (marker + passage_body(new[2])).split("\n"))
     return "\n".join(line for _, _, lines in pieces for line in lines)
 
 
@@ -93,7 +93,7 @@ def _orders(requests: Sequence[Request], plan: Plan | None = None) -> list[list[
     for request in requests:
         for content in request.contents():
             if "\n" in content:
-                pieces = _pieces(content, plan)
+                pieces = split_pieces(content, plan)
                 found += [[(pieces[k][1], tuple(pieces[k][2])) for k in run] for run in _runs(pieces)]
     return found
 
@@ -131,7 +131,7 @@ def detect(requests: Sequence[Request], renderer=None) -> Detection | None:
     plan = _plan(orders)
     if plan.by_id:
         orders = _orders(requests, plan)
-    keys = [list(dict.fromkeys(ident if plan.by_id else _body(list(lines)) for ident, lines in order)) for order in orders]
+    keys = [list(dict.fromkeys(ident if plan.by_id else passage_body(list(lines)) for ident, lines in order)) for order in orders]
     if not orders_disagree(keys):
         return None
     how = "by id" if plan.by_id else "by text, the position markers kept"
