@@ -174,7 +174,7 @@ def bench_blend(args: argparse.Namespace) -> int:
                       prompts=args.prompts, repeats=args.repeats, ratio=args.ratio, check_layer=args.check_layer,
                       k=args.k, order="methods in a new random order each round, one engine")
     timing = timing_rows(engine, prompts[0], methods, args.repeats)
-    quality = quality_rows(engine, prompts, methods, answer_tokens=8, tokenizer=tokenizer)
+    quality = quality_rows(engine, prompts, methods, answer_tokens=16, tokenizer=tokenizer)
     paths = [save_results(timing, "bench_blend_timing", env), save_results(quality, "bench_blend_quality", env)]
     bound = ceiling(engine.n_layers, args.check_layer, args.ratio)
     print(hardware_line(env))

@@ -28,6 +28,23 @@ def _benchmark_summary(name: str, table: pd.DataFrame, env: dict) -> str:
             target = f" (at most 10 s: {'met' if five <= 10 else 'not met'})" if (requests, replicas) == (10_000, 64) else ""
             parts.append(f"{requests:,} x {replicas}: vllm-router's five policies {five:.1f} s{target}")
         return "; ".join(parts)
+    if name.startswith("bench_blend_timing"):
+        blend = table[table.method.str.startswith("cacheblend")]
+        wide = table.pivot(index="round", columns="method", values="fill_s")
+        gains = wide["full"] / wide[blend.method.iloc[0]]
+        ceiling = 1 / blend.compute_share.iloc[0]
+        return (f"{env['preset']}, 4 passages of {env['passage_tokens']} tokens: CacheBlend (r = {env['ratio']:g}) "
+                f"x{gains.median():.2f} (x{gains.min():.2f}-x{gains.max():.2f}, {len(gains)} rounds) the full prefill's "
+                f"speed, {gains.median() / ceiling:.0%} of the x{ceiling:.2f} its compute share allows (at least x2.5: "
+                f"{'met' if gains.median() >= 2.5 else 'not met'})")
+    if name.startswith("bench_blend_quality"):
+        by = table.groupby("method", sort=False).agg(right=("exact_match", "mean"), kl=("kl_nats", "mean"))
+        blend = next(m for m in by.index if m.startswith("cacheblend"))
+        short = 100 * (by.right["full"] - by.right[blend])
+        return (f"{table.prompt.nunique()} prompts: right answers, full prefill {by.right['full']:.0%}, CacheBlend "
+                f"{by.right[blend]:.0%}, naive reuse {by.right['naive']:.0%} (CacheBlend within 5 points of the full "
+                f"prefill: {'met' if short <= 5 else f'not met, {short:.0f} points short'}); mean KL from the full "
+                f"prefill: CacheBlend {by.kl[blend]:.3f}, naive {by.kl['naive']:.3f} nats")
     if name.startswith("bench_mini"):
         medians = table.groupby(["engine", "caching"]).ttft_ms.median()
         return (f"median TTFT mini / vLLM: caching on {medians['mini', True] / medians['vllm', True]:.2f}x, off "
