@@ -276,7 +276,8 @@ def test_passages_in_new_subsets_need_blending_and_one_set_in_new_orders_does_no
 
     subsets = found_in(write_jsonl(tmp_path / "subsets.jsonl", rag_chat(count=80)), tok).anywhere
     assert subsets is not None and subsets.gap_points > 10 and not subsets.reordering_captures_it
-    assert "only blending reaches" in subsets.sentence()
+    assert "only blending reaches" in subsets.sentence() and "in the lab's benchmark `bench_blend_quality-" in \
+        subsets.sentence(), "the cost of blending, from the canonical benchmark"
     one_set = found_in(write_jsonl(tmp_path / "one_set.jsonl", rag_chat(count=80, documents=3)), tok)
     assert one_set.recommendations[0].breaker == "passage_order"
     assert 0 <= one_set.anywhere.gap_points < MARGIN_POINTS and one_set.anywhere.reordering_captures_it

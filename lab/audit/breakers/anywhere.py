@@ -45,7 +45,22 @@ class Anywhere:
         if self.reordering_captures_it:
             return head + ": reordering, which is exact, already captures it"
         return (head + f": only blending reaches the other {self.gap_points:.1f} points, and it is approximate "
-                "(lesson 22 measures what it costs in agreement with a full prefill)")
+                f"({blending_cost()})")
+
+
+def blending_cost() -> str:
+    """What blending cost in answers in the lab's canonical benchmark (`bench blend`), or where to measure it."""
+    from lab.experiments.results import CANONICAL_DIR, load_latest
+
+    try:
+        table, meta = load_latest("bench_blend_quality", CANONICAL_DIR)
+    except FileNotFoundError:
+        return "lesson 22 measures what it costs against a full prefill"
+    right = table.groupby("method", sort=False).exact_match.mean()
+    blend = next(m for m in right.index if m.startswith("cacheblend"))
+    return (f"in the lab's benchmark `{meta['run_id']}` on {meta['environment']['preset']}, {blend} answered "
+            f"{right[blend]:.0%} of its questions right where the full prefill answered {right['full']:.0%}; lesson 22 "
+            "shows the trade")
 
 
 def chunks(text: str) -> list[tuple[bool, str]]:
