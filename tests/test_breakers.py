@@ -281,7 +281,7 @@ def test_passages_in_new_subsets_need_blending_and_one_set_in_new_orders_does_no
     one_set = found_in(write_jsonl(tmp_path / "one_set.jsonl", rag_chat(count=80, documents=3)), tok)
     assert one_set.recommendations[0].breaker == "passage_order"
     assert 0 <= one_set.anywhere.gap_points < MARGIN_POINTS and one_set.anywhere.reordering_captures_it
-    assert "reordering, which is exact, already captures it" in one_set.anywhere.sentence()
+    assert "reordering, whose reuse is a prefix cache's and so exact, already captures it" in one_set.anywhere.sentence()
     assert "beyond prefixes: reusing a passage" in "\n".join(breaker_lines(one_set))
 
 

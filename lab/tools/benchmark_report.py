@@ -33,7 +33,7 @@ def _benchmark_summary(name: str, table: pd.DataFrame, env: dict) -> str:
         wide = table.pivot(index="round", columns="method", values="fill_s")
         gains = wide["full"] / wide[blend.method.iloc[0]]
         ceiling = 1 / blend.compute_share.iloc[0]
-        return (f"{env['preset']}, 4 passages of {env['passage_tokens']} tokens: CacheBlend (r = {env['ratio']:g}) "
+        return (f"{env['preset']}, 4 passages of at least {env['passage_tokens']} corpus tokens: CacheBlend (r = {env['ratio']:g}) "
                 f"x{gains.median():.2f} (x{gains.min():.2f}-x{gains.max():.2f}, {len(gains)} rounds) the full prefill's "
                 f"speed, {gains.median() / ceiling:.0%} of the x{ceiling:.2f} its compute share allows (at least x2.5: "
                 f"{'met' if gains.median() >= 2.5 else 'not met'})")

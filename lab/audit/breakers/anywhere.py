@@ -43,7 +43,7 @@ class Anywhere:
                 f"after the fixes above (both counted chunk by chunk, with no eviction and no block rounding; "
                 f"the replay above: {self.replayed_prefix_hit_rate:.1%})")
         if self.reordering_captures_it:
-            return head + ": reordering, which is exact, already captures it"
+            return head + ": reordering, whose reuse is a prefix cache's and so exact, already captures it"
         return (head + f": only blending reaches the other {self.gap_points:.1f} points, and it is approximate "
                 f"({blending_cost()})")
 
