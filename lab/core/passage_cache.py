@@ -8,8 +8,8 @@ position later. What stored K/V cannot hold is the text before the passage: from
 depend on everything it attends to. The methods differ in which tokens they recompute to repair that:
 
 - `full`: every token in every layer: the reference.
-- `prefix`: the first chunk reused (it leads the prompt, so it is exact), everything after it computed: what a
-  prefix cache does when the passages come in an order it has not seen.
+- `prefix`: the first chunk reused (it leads the prompt, where it was computed: a full prefill's K/V, to
+  rounding), everything after it computed: what a prefix cache does when the passages come in an order it has not seen.
 - `naive`: every stored chunk reused as it is; only the tokens of no stored chunk are computed.
 - `cacheblend` (Yao et al., EuroSys 2025): layers 0..`check_layer` compute every token; at `check_layer` the
   reused tokens whose computed K moved furthest from the stored K (the top `ratio` of them) are chosen, and only
@@ -137,7 +137,7 @@ class PassageEngine(MiniEngine):
         """The rows computed after the full layers: from (is-reused mask, K deviation at the check layer)."""
         starts, at = [], 0
         for chunk, s in zip(chunks, stored):
-            if s is not None and at > 0:  # a chunk at position 0 sits where it was computed: exact already
+            if s is not None and at > 0:  # a chunk at position 0 sits where it was computed
                 starts.append(at)
             at += len(chunk)
 
