@@ -3,6 +3,9 @@
 K/V live in a pool of fixed-size blocks; a request's block table maps its positions to blocks. On a
 prefix-cache hit the first `num_cached_tokens` positions are already in the pool, so prefill runs the
 model only on the uncached suffix, whose queries attend to the cached K/V and to their own.
+
+With a `tier` (`lab.core.kv_tier`), a block the pool evicts keeps its K/V there, and a request whose chain misses
+in the pool loads the next blocks it finds in the tier back into its own blocks before prefill starts.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from lab.core.prefix_cache import PrefixCache
+from lab.core.block_hash import chain_hashes, full_blocks, hittable_blocks
+from lab.core.kv_tier import KVTier
+from lab.core.prefix_cache import Block, PrefixCache
 
 ATTENTION_CHUNK = 128  # query rows per attention call during prefill
 
@@ -27,10 +32,12 @@ ATTENTION_CHUNK = 128  # query rows per attention call during prefill
 @dataclass
 class Generation:
     output_token_ids: list[int]
-    num_cached_tokens: int
+    num_cached_tokens: int  # from the pool and the tier
     ttft_s: float  # request start to first token (lookup + prefill + sampling)
     lookup_s: float  # hashing the prompt's blocks and looking them up in the pool
     first_logits: torch.Tensor  # logits at the last prompt position
+    num_tier_tokens: int = 0  # of num_cached_tokens, those loaded back from the tier
+    load_s: float = 0.0  # reading them from the tier into the pool
 
 
 def rope_theta(config: dict) -> float:
@@ -59,6 +66,7 @@ class MiniEngine:
         device: str = "cpu",
         dtype: torch.dtype = torch.float32,
         hash_algo: str = "sha256",
+        tier: KVTier | None = None,
     ) -> None:
         path = Path(model_path)
         if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
@@ -80,6 +88,9 @@ class MiniEngine:
         self.inv_freq = 1.0 / (rope_theta(c) ** (
             torch.arange(0, self.head_dim, 2, device=self.device, dtype=torch.float32) / self.head_dim))
         self._ids = count()
+        self.tier = tier
+        if tier is not None:
+            self.cache.on_evict = self._demote
 
     @property
     def block_size(self) -> int:
@@ -153,10 +164,15 @@ class MiniEngine:
                              f"model's context of {limit} tokens")
         request_id = f"mini-{next(self._ids)}"
         start = time.perf_counter()
-        num_cached = self.cache.allocate(request_id, prompt_token_ids, cache_salt)
+        blocks = full_blocks(prompt_token_ids, self.block_size)
+        chain = blocks, chain_hashes(blocks, self.cache.hash_algo, cache_salt)
+        num_cached = self.cache.allocate(request_id, prompt_token_ids, cache_salt, chain=chain)
         lookup_s = time.perf_counter() - start
         try:
             table = self.cache.tables[request_id]
+            num_loaded = self._load_from_tier(table, chain, num_cached, len(prompt_token_ids))
+            load_s = time.perf_counter() - start - lookup_s
+            num_cached += num_loaded
             ids = [b.block_id for b in table]
             logits = self.forward(prompt_token_ids[num_cached:], num_cached, ids)
             output = [int(logits.argmax())]
@@ -167,4 +183,24 @@ class MiniEngine:
                 output.append(int(self.forward(output[-1:], position, ids).argmax()))
         finally:
             self.cache.free(request_id)
-        return Generation(output, num_cached, ttft_s, lookup_s, logits.float().cpu())
+        return Generation(output, num_cached, ttft_s, lookup_s, logits.float().cpu(), num_loaded, load_s)
+
+    def _demote(self, block: Block) -> None:
+        """The pool is evicting `block`: keep its K/V in the tier."""
+        kv = self.k_pool[:, block.block_id], self.v_pool[:, block.block_id]
+        self.tier.put(block.block_hash, block.token_ids, kv)
+
+    def _load_from_tier(self, table: list[Block], chain, num_cached: int, num_tokens: int) -> int:
+        """Copy the tier's blocks that continue the pool's hit into the request's own blocks; tokens loaded."""
+        if self.tier is None or not self.cache.enable_caching:
+            return 0
+        blocks, hashes = chain
+        first = num_cached // self.block_size
+        loaded = 0
+        for i in range(first, hittable_blocks(num_tokens, self.block_size)):
+            kv = self.tier.get(hashes[i], blocks[i])
+            if kv is None:
+                break  # a chain stops at its first miss, in the tier as in the pool
+            self.k_pool[:, table[i].block_id], self.v_pool[:, table[i].block_id] = kv
+            loaded += 1
+        return loaded * self.block_size

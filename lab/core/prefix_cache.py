@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from lab.checks import positive_int
@@ -66,6 +66,7 @@ class PrefixCache:
     block_size: int
     hash_algo: str = "sha256"
     enable_caching: bool = True  # False: a plain block pool, as vLLM with --no-enable-prefix-caching
+    on_evict: Callable[[Block], None] | None = field(default=None, repr=False)  # sees a block before it is evicted
     stats: CacheStats = field(default_factory=CacheStats, init=False)
 
     def __post_init__(self) -> None:
@@ -185,6 +186,14 @@ class PrefixCache:
         for block in self.blocks:
             block.block_hash = block.token_ids = None
 
+    def evict_free_blocks(self) -> int:
+        """Evict every cached block no request holds, least recently used first, as a pool under pressure would
+        (`on_evict` sees each one); returns how many."""
+        evicted = [block for block in self.free_queue.values() if block.block_hash is not None]
+        for block in evicted:
+            self._evict(block)
+        return len(evicted)
+
     def _table(self, request_id: str) -> list[Block]:
         if request_id not in self.tables:
             raise KeyError(f"request_id={request_id!r} holds no blocks (never allocated, or already freed)")
@@ -216,6 +225,8 @@ class PrefixCache:
         return block
 
     def _evict(self, block: Block) -> None:
+        if self.on_evict is not None:
+            self.on_evict(block)
         holders = self.cached[block.block_hash]
         del holders[block.block_id]
         if not holders:

@@ -1,0 +1,92 @@
+"""lab.core.kv_tier: evicted blocks kept in a second tier and loaded back, never changing what the model computes."""
+
+import pytest
+import torch
+
+from lab.core.kv_tier import DiskTier, MemoryTier, ThrottledTier
+from lab.core.mini_engine import MiniEngine
+from lab.core.model import ensure_model
+
+BLOCK = 16
+
+
+@pytest.fixture(scope="module")
+def model_path():
+    return ensure_model("tiny")
+
+
+def prompts(count: int, length: int, seed: int = 0) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, 2300, (length,), generator=generator).tolist() for _ in range(count)]
+
+
+def serve(engine: MiniEngine, token_lists, max_tokens: int = 4):
+    return [engine.generate(tokens, max_tokens=max_tokens) for tokens in token_lists]
+
+
+@pytest.mark.parametrize("make_tier", [lambda tmp: MemoryTier(64), lambda tmp: DiskTier(tmp / "kv", 64),
+                                       lambda tmp: ThrottledTier(MemoryTier(64), bandwidth=1e12, latency_s=0)],
+                         ids=["memory", "disk", "throttled"])
+def test_a_tier_changes_no_output_and_serves_what_the_small_pool_evicted(model_path, tmp_path, make_tier):
+    first, second = prompts(2, 100)
+    order = [first, second, first + [7, 8, 9], second]  # each 7-block prompt pushes the other out of 7 blocks
+    tiered = serve(MiniEngine(model_path, block_size=BLOCK, num_blocks=7, tier=make_tier(tmp_path)), order)
+    no_tier = serve(MiniEngine(model_path, block_size=BLOCK, num_blocks=7), order)
+    large_pool = serve(MiniEngine(model_path, block_size=BLOCK, num_blocks=64), order)
+    uncached = serve(MiniEngine(model_path, block_size=BLOCK, num_blocks=7, enable_prefix_caching=False), order)
+
+    assert [g.num_cached_tokens for g in no_tier] == [0, 0, 0, 0]  # the pool alone forgot each prompt
+    assert [g.num_tier_tokens for g in tiered] == [0, 0, 96, 96]  # six full blocks of each came back
+    assert [g.num_cached_tokens for g in tiered] == [g.num_cached_tokens for g in large_pool] == [0, 0, 96, 96]
+    for runs in (no_tier, large_pool, uncached):
+        assert [g.output_token_ids for g in tiered] == [g.output_token_ids for g in runs]
+    for tier_run, large_run in zip(tiered, large_pool):  # the same K/V, from the tier or from the pool
+        assert torch.equal(tier_run.first_logits, large_run.first_logits)
+
+
+def test_the_pool_comes_first_and_the_tier_continues_its_chain(model_path):
+    (prompt,) = prompts(1, 100)
+    tier = MemoryTier(64)
+    engine = MiniEngine(model_path, block_size=BLOCK, num_blocks=16, tier=tier)
+    engine.generate(prompt)
+    assert engine.generate(prompt).num_tier_tokens == 0  # all six blocks still in the pool
+    assert engine.cache.evict_free_blocks() == 6 and len(tier) == 6
+    again = engine.generate(prompt)
+    assert (again.num_cached_tokens, again.num_tier_tokens) == (96, 96)
+    assert tier.stats.hits == 6 and tier.stats.bytes_read == 6 * 2 * engine.k_pool[:, 0].numel() * 4
+
+
+def test_a_tier_lookup_stops_at_its_first_miss(model_path):
+    shared, other = prompts(2, 64)
+    tier = MemoryTier(64)
+    engine = MiniEngine(model_path, block_size=BLOCK, num_blocks=16, tier=tier)
+    engine.generate(shared + other)
+    engine.cache.evict_free_blocks()
+    tier.clear()  # nothing left anywhere
+    engine.generate(other)  # the same tokens at another place in the chain hash to other blocks
+    engine.cache.evict_free_blocks()
+    assert engine.generate(shared + other).num_cached_tokens == 0
+
+
+def test_a_full_tier_drops_its_least_recently_stored_block():
+    tier = MemoryTier(2)
+    kv = (torch.zeros(1, 2, 1, 2), torch.ones(1, 2, 1, 2))
+    for name in (b"a", b"b", b"c"):
+        tier.put(name, (1, 2), kv)
+    assert b"a" not in tier and len(tier) == 2 and tier.stats.drops == 1
+    assert tier.get(b"b", (1, 2)) is not None and tier.get(b"b", (3, 4)) is None  # tokens must match too
+
+
+def test_a_throttled_read_waits_for_its_link():
+    tier = ThrottledTier(MemoryTier(4), bandwidth=1e6, latency_s=0.01)
+    kv = (torch.zeros(1000), torch.zeros(1000))  # 8,000 bytes: 8 ms at 1 MB/s, plus the latency
+    tier.put(b"x", (1,), kv)
+    tier.get(b"x", (1,))
+    assert tier.stats.read_s >= 0.018  # a lower bound: sleeping never returns early
+
+
+@pytest.mark.parametrize("kwargs, message", [({"bandwidth": 0, "latency_s": 0}, "bandwidth=0"),
+                                             ({"bandwidth": 1e9, "latency_s": -1}, "latency_s=-1")])
+def test_bad_throttle_settings_name_the_parameter(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ThrottledTier(MemoryTier(4), **kwargs)
