@@ -74,15 +74,17 @@ def test_a_full_tier_drops_its_least_recently_stored_block():
     for name in (b"a", b"b", b"c"):
         tier.put(name, (1, 2), kv)
     assert b"a" not in tier and len(tier) == 2 and tier.stats.drops == 1
-    assert tier.get(b"b", (1, 2)) is not None and tier.get(b"b", (3, 4)) is None  # tokens must match too
+    assert len(tier.load_chain([b"b", b"c"], [(1, 2), (1, 2)])) == 2
+    assert tier.load_chain([b"b"], [(3, 4)]) == [] and tier.load_chain([b"a", b"b"], [(1, 2)] * 2) == []
 
 
-def test_a_throttled_read_waits_for_its_link():
+def test_a_throttled_read_waits_for_its_link_once_a_read():
     tier = ThrottledTier(MemoryTier(4), bandwidth=1e6, latency_s=0.01)
-    kv = (torch.zeros(1000), torch.zeros(1000))  # 8,000 bytes: 8 ms at 1 MB/s, plus the latency
+    kv = (torch.zeros(1000), torch.zeros(1000))  # 8,000 bytes a block: 8 ms at 1 MB/s
     tier.put(b"x", (1,), kv)
-    tier.get(b"x", (1,))
-    assert tier.stats.read_s >= 0.018  # a lower bound: sleeping never returns early
+    tier.put(b"y", (2,), kv)
+    assert len(tier.load_chain([b"x", b"y"], [(1,), (2,)])) == 2
+    assert tier.stats.read_s >= 0.01 + 0.016  # one latency, two blocks' bytes: sleeping never returns early
 
 
 @pytest.mark.parametrize("kwargs, message", [({"bandwidth": 0, "latency_s": 0}, "bandwidth=0"),
@@ -90,3 +92,19 @@ def test_a_throttled_read_waits_for_its_link():
 def test_bad_throttle_settings_name_the_parameter(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ThrottledTier(MemoryTier(4), **kwargs)
+
+
+def test_the_hash_only_tier_of_chain_pool_counts_what_the_engine_loads(model_path):
+    from lab.core.block_hash import chain_hashes, full_blocks
+    from lab.core.chain_pool import ChainPool
+
+    heads = prompts(3, 24, seed=1)
+    rng = torch.Generator().manual_seed(2)
+    order = [heads[int(torch.randint(0, 3, (1,), generator=rng))] + prompts(1, 9, seed=i)[0] for i in range(40)]
+    engine = MiniEngine(model_path, block_size=4, num_blocks=12, tier=MemoryTier(10))
+    pool = ChainPool(12, 4, tier_blocks=10)
+    served = [engine.generate(tokens) for tokens in order]
+    counted = [pool.serve([int.from_bytes(h[:8], "big") for h in chain_hashes(full_blocks(tokens, 4))], len(tokens))
+               for tokens in order]
+    assert [g.num_cached_tokens for g in served] == counted
+    assert engine.tier.stats.hits == pool.tier_hits > 0

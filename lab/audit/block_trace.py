@@ -190,3 +190,19 @@ def capacity_curve(trace: BlockTrace, capacities: list[int] | np.ndarray, progre
             for c in tqdm(capacities, desc="capacities", disable=not progress, leave=False)]
     maximum = hit_rate(trace, None)
     return pd.DataFrame(rows).assign(max_hit_rate=maximum, share_of_max=lambda t: t.hit_rate / maximum)
+
+
+def tier_table(trace: BlockTrace, kv_tokens: int, tier_tokens: list[int]) -> pd.DataFrame:
+    """The hit rate of a pool of `kv_tokens` with a second tier of each size in `tier_tokens` (0: none) behind it,
+    replayed with vLLM's rules (lab.core.chain_pool): evicted blocks go to the tier, and a chain that misses in the
+    pool goes on there. `from_tier`: the share of input tokens the tier served."""
+    from lab.core.chain_pool import ChainPool
+
+    rows = []
+    for size in tier_tokens:
+        pool = ChainPool(pool_blocks(trace, kv_tokens), trace.block_tokens, tier_blocks=int(size) // trace.block_tokens)
+        cached = sum(pool.serve(chain, int(n)) for chain, n in zip(trace.chains, trace.input_tokens))
+        total = int(trace.input_tokens.sum())
+        rows.append({"kv_tokens": kv_tokens, "tier_tokens": int(size), "hit_rate": cached / total,
+                     "from_tier": pool.tier_hits * trace.block_tokens / total})
+    return pd.DataFrame(rows)

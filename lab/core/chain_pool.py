@@ -12,6 +12,10 @@ free block is taken when one must be evicted:
 - `protect_roots`: as lru, but a shared root (one of the first `root_blocks` blocks of a chain that a later
   request has hit: a system prompt or conversation start that several requests begin with) is evicted only when
   no other free block is left.
+
+With `tier_blocks`, a hash the pool evicts moves to a second tier of that many blocks (LRU) instead of vanishing,
+and a chain that misses in the pool goes on in the tier: what `lab.core.kv_tier` does with the K/V themselves.
+`tier_hits` counts the blocks served from there.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ POLICIES = ("lru", "lfu", "protect_roots")
 
 
 class ChainPool:
-    def __init__(self, num_blocks: int, block_size: int, policy: str = "lru", root_blocks: int = 1) -> None:
+    def __init__(self, num_blocks: int, block_size: int, policy: str = "lru", root_blocks: int = 1,
+                 tier_blocks: int = 0) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy={policy!r}: choose one of {', '.join(POLICIES)}")
         if num_blocks < 1:
@@ -42,6 +47,8 @@ class ChainPool:
         self._heap: list[tuple[int, int, int]] = []  # lfu: (hits, freed at, block), stale entries skipped
         self._clock = itertools.count()
         self._freed_at = [0] * num_blocks
+        self.tier_blocks, self.tier_hits = tier_blocks, 0
+        self.tier: OrderedDict[int, None] = OrderedDict()  # hashes the pool evicted, least recently used first
 
     def cached_blocks(self, hashes: Sequence[int], num_tokens: int) -> int:
         """How many leading blocks of a request's chain are cached now (at most its hittable blocks)."""
@@ -61,8 +68,21 @@ class ChainPool:
             self.hits[block] += 1
         for k in range(hits, -(-num_tokens // self.block_size)):
             table.append(self._fill(self._evict(), hashes[k] if k < len(hashes) else None, k))
+        loaded = self._tier_hits(hashes[hits:hittable_blocks(num_tokens, self.block_size)])
         self._release(table)
-        return hits * self.block_size
+        return (hits + loaded) * self.block_size
+
+    def _tier_hits(self, hashes: Sequence[int]) -> int:
+        """How many leading blocks of the rest of a chain the tier holds (loaded into the request's new blocks, which
+        were taken first, as an engine does: a block evicted by this very request can come back)."""
+        count = 0
+        for h in hashes:
+            if h not in self.tier:
+                break
+            self.tier.move_to_end(h)
+            count += 1
+        self.tier_hits += count
+        return count
 
     def _fill(self, block: int, block_hash: int | None, depth: int) -> int:
         old = self.held[block]
@@ -71,10 +91,18 @@ class ChainPool:
             holders.remove(block)
             if not holders:
                 del self.cached[old]
+            self._demote(old)
         self.held[block], self.depth[block], self.hits[block] = block_hash, depth, 0
         if block_hash is not None:
             self.cached.setdefault(block_hash, []).append(block)
         return block
+
+    def _demote(self, block_hash: int) -> None:
+        if self.tier_blocks:
+            self.tier[block_hash] = None
+            self.tier.move_to_end(block_hash)
+            if len(self.tier) > self.tier_blocks:
+                self.tier.popitem(last=False)
 
     def _release(self, table: list[int]) -> None:
         """Free a finished request's blocks: hashed ones to the tail, the chain's tail first; the rest to the

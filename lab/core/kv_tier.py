@@ -69,23 +69,32 @@ class KVTier:
         self._write(block_hash, (kv[0].clone(), kv[1].clone()))
         self.stats.stores += 1
 
-    def get(self, block_hash: bytes, token_ids: Sequence[int]) -> BlockKV | None:
-        """The block's K and V, or None when the tier does not hold this hash with these tokens."""
-        if self.entries.get(block_hash) != tuple(token_ids):
-            self.stats.misses += 1
-            return None
+    def load_chain(self, hashes: Sequence[bytes], blocks: Sequence[Sequence[int]]) -> list[BlockKV]:
+        """K and V of the leading blocks of a chain that this tier holds, in one read (a chain stops at its first
+        miss, in the tier as in the pool). A hash counts only with the same tokens."""
         start = time.perf_counter()
-        kv = self._read(block_hash)
-        self.entries.move_to_end(block_hash)
-        self.stats.hits += 1
-        self.stats.bytes_read += sum(t.numel() * t.element_size() for t in kv)
-        self.stats.read_s += time.perf_counter() - start
-        return kv
+        found = []
+        for block_hash, token_ids in zip(hashes, blocks):
+            if self.entries.get(block_hash) != tuple(token_ids):
+                self.stats.misses += 1
+                break
+            found.append(self._read(block_hash))
+            self.entries.move_to_end(block_hash)
+        size = sum(t.numel() * t.element_size() for kv in found for t in kv)
+        if found:
+            self._transfer_wait(size, time.perf_counter() - start)
+            self.stats.hits += len(found)
+            self.stats.bytes_read += size
+            self.stats.read_s += time.perf_counter() - start
+        return found
 
     def clear(self) -> None:
         for block_hash in list(self.entries):
             self._delete(block_hash)
         self.entries.clear()
+
+    def _transfer_wait(self, size: int, elapsed_s: float) -> None:
+        """A read of `size` bytes took `elapsed_s`: a tier that stands for a slower link waits out the rest."""
 
     def _write(self, block_hash: bytes, kv: BlockKV) -> None:
         raise NotImplementedError
@@ -139,7 +148,8 @@ class DiskTier(KVTier):
 
 class ThrottledTier(KVTier):
     """Another tier read as if over a link of `bandwidth` bytes/s with `latency_s` per read (a stand-in for a
-    network or remote store: the wait is real, the link is not)."""
+    network or remote store: one round trip a request, however many blocks it reads; the wait is real, the link
+    is not)."""
 
     def __init__(self, inner: KVTier, bandwidth: float, latency_s: float) -> None:
         super().__init__(inner.num_blocks)
@@ -147,15 +157,14 @@ class ThrottledTier(KVTier):
         self.bandwidth = number_in("bandwidth", bandwidth, 0, float("inf"), "bytes per second above 0", ends="()")
         self.latency_s = number_in("latency_s", latency_s, 0, 60, "seconds between 0 and 60")
 
+    def _transfer_wait(self, size: int, elapsed_s: float) -> None:
+        time.sleep(max(0.0, self.latency_s + size / self.bandwidth - elapsed_s))
+
     def _write(self, block_hash: bytes, kv: BlockKV) -> None:
         self.inner._write(block_hash, kv)
 
     def _read(self, block_hash: bytes) -> BlockKV:
-        start = time.perf_counter()
-        kv = self.inner._read(block_hash)
-        size = sum(t.numel() * t.element_size() for t in kv)
-        time.sleep(max(0.0, self.latency_s + size / self.bandwidth - (time.perf_counter() - start)))
-        return kv
+        return self.inner._read(block_hash)
 
     def _delete(self, block_hash: bytes) -> None:
         self.inner._delete(block_hash)

@@ -88,9 +88,7 @@ class MiniEngine:
         self.inv_freq = 1.0 / (rope_theta(c) ** (
             torch.arange(0, self.head_dim, 2, device=self.device, dtype=torch.float32) / self.head_dim))
         self._ids = count()
-        self.tier = tier
-        if tier is not None:
-            self.cache.on_evict = self._demote
+        self.use_tier(tier)
 
     @property
     def block_size(self) -> int:
@@ -185,6 +183,11 @@ class MiniEngine:
             self.cache.free(request_id)
         return Generation(output, num_cached, ttft_s, lookup_s, logits.float().cpu(), num_loaded, load_s)
 
+    def use_tier(self, tier: KVTier | None) -> None:
+        """From now on, keep evicted blocks in `tier` and load from it (None: no tier)."""
+        self.tier = tier
+        self.cache.on_evict = None if tier is None else self._demote
+
     def _demote(self, block: Block) -> None:
         """The pool is evicting `block`: keep its K/V in the tier."""
         kv = self.k_pool[:, block.block_id], self.v_pool[:, block.block_id]
@@ -195,12 +198,8 @@ class MiniEngine:
         if self.tier is None or not self.cache.enable_caching:
             return 0
         blocks, hashes = chain
-        first = num_cached // self.block_size
-        loaded = 0
-        for i in range(first, hittable_blocks(num_tokens, self.block_size)):
-            kv = self.tier.get(hashes[i], blocks[i])
-            if kv is None:
-                break  # a chain stops at its first miss, in the tier as in the pool
-            self.k_pool[:, table[i].block_id], self.v_pool[:, table[i].block_id] = kv
-            loaded += 1
-        return loaded * self.block_size
+        first, last = num_cached // self.block_size, hittable_blocks(num_tokens, self.block_size)
+        found = self.tier.load_chain(hashes[first:last], blocks[first:last])
+        for block, (k, v) in zip(table[first:], found):
+            self.k_pool[:, block.block_id], self.v_pool[:, block.block_id] = k, v
+        return len(found) * self.block_size
