@@ -108,3 +108,44 @@ def test_the_hash_only_tier_of_chain_pool_counts_what_the_engine_loads(model_pat
                for tokens in order]
     assert [g.num_cached_tokens for g in served] == counted
     assert engine.tier.stats.hits == pool.tier_hits > 0
+
+
+def test_the_formula_of_load_against_recompute():
+    from lab.experiments.load_vs_recompute import break_even_bandwidth, crossover_tokens, kv_bytes_per_token
+
+    smollm2 = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3}
+    assert kv_bytes_per_token(smollm2) == 46_080  # 30 layers x 3 KV heads x 64 x (K and V) x 4 bytes
+    assert break_even_bandwidth(2e11, 46_080, 2.1e8) == pytest.approx(43.9e6, rel=1e-3)
+    assert crossover_tokens(0.0, 1e9, 2e11, 46_080, 2.1e8) == 0.0  # no fixed cost: loading wins from one token
+    assert crossover_tokens(0.01, 1e7, 2e11, 46_080, 2.1e8) == float("inf")  # below break-even: never
+    per_token = 2.1e8 / 2e11 - 46_080 / 1e9
+    assert crossover_tokens(0.01, 1e9, 2e11, 46_080, 2.1e8) == pytest.approx(0.01 / per_token)
+
+
+def test_load_against_recompute_measures_every_way_and_refuses_bad_lengths(model_path):
+    from lab.experiments.load_vs_recompute import measure, rates
+
+    engine = MiniEngine(model_path, block_size=BLOCK, num_blocks=16)
+    tiers = {"memory": MemoryTier(16), "slow": ThrottledTier(MemoryTier(16), bandwidth=1e6, latency_s=0.0)}
+    table = rates(measure(engine, tiers, [16, 64], repeats=2), engine.config)
+    assert len(table) == 2 * 2 * 2 and set(table.tier) == set(tiers)
+    assert (table.recompute_s > 0).all() and (table.load_s > 0).all()
+    slow = table[(table.tier == "slow") & (table.hit_tokens == 64)]  # 64 tokens x 4,096 bytes at 1 MB/s: 0.26 s
+    assert (slow.load_s >= 64 * 4096 / 1e6).all()
+    with pytest.raises(ValueError, match="not a multiple of block_size=16"):
+        measure(engine, tiers, [20], repeats=1)
+    with pytest.raises(ValueError, match="tiers is empty"):
+        measure(engine, {}, [16], repeats=1)
+
+
+def test_the_connector_flags_and_an_empty_folder(tmp_path):
+    import json
+
+    from lab.serving.kv_connector import RestartPrompts, example_connector_flags, stored_prompts
+
+    flag, config = example_connector_flags(tmp_path)
+    assert flag == "--kv-transfer-config"
+    assert json.loads(config)["kv_connector_extra_config"]["shared_storage_path"] == str(tmp_path.resolve())
+    assert stored_prompts(tmp_path / "missing").empty
+    with pytest.raises(ValueError, match="the same number of prompts"):
+        RestartPrompts(["a", "b"], ["c"], longer="d")

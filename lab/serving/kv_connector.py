@@ -5,7 +5,8 @@ and a later server, started on the same folder, loads it instead of computing it
 
 It runs on the CPU back-end (the offloading connectors refuse it). Its design is a teaching one: a folder per
 prompt, named by a hash of the prompt's token ids (block-aligned, less the last token), holding a safetensors file
-per layer. So only the same prompt finds it again; a longer prompt with the same beginning finds nothing. A server
+per layer. So only a prompt with the same full blocks finds it again; a longer prompt that runs into a further block
+finds nothing, though every block of the stored one begins it. A server
 reports what it loaded in `vllm:external_prefix_cache_hits` (tokens) and `vllm:prompt_tokens_by_source`.
 """
 
@@ -45,7 +46,8 @@ def stored_prompts(folder: str | Path) -> pd.DataFrame:
 class RestartPrompts:
     stored: list[str]  # sent to the first server, then to the second
     cold: list[str]  # one a stored prompt, never stored, about as long
-    longer: str  # sent to the first server, then to the second with a sentence after it
+    longer: str  # sent to the first server, then to the second with `extra` after it
+    extra: str = " " + " ".join(["and one more sentence after it"] * 12)  # runs into further blocks
 
     def __post_init__(self) -> None:
         if len(self.stored) != len(self.cold) or not self.stored:
@@ -56,7 +58,7 @@ class RestartPrompts:
 def measure_restart(model: str | Path, folder: str | Path, prompts: RestartPrompts, *, block_size: int = 32,
                     max_tokens: int = 8) -> pd.DataFrame:
     """Serve the stored prompts on one server with the connector, stop it, and start a new one on the same folder.
-    There, first the longer prompt (a stored one with a sentence after it, never sent as it was stored); then for
+    There, first the longer prompt with `extra` after it (never sent so to the first server); then for
     each i: `cold[i]`, `stored[i]` (its K/V on disk: an external hit) and `stored[i]` again (now in the pool: a
     local hit). A row per request of the second server: its TTFT, cached tokens, the external hits its own
     /metrics counted for it, and whether its output equals the first server's for that prompt."""
@@ -79,7 +81,7 @@ def measure_restart(model: str | Path, folder: str | Path, prompts: RestartPromp
                          "external_hit_tokens": int(server.metrics().get(EXTERNAL_HITS, 0.0) - before),
                          "same_output": None if reference is None else result.text == reference})
 
-        send("longer", -1, longer + " And one more sentence after it.", None)
+        send("longer", -1, longer + prompts.extra, None)
         for i, (stored_prompt, cold_prompt) in enumerate(zip(stored, cold)):
             send("cold", i, cold_prompt, None)
             send("external", i, stored_prompt, first[stored_prompt])
