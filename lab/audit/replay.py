@@ -37,6 +37,17 @@ def check_capacity(lengths: Sequence[int], kv_tokens: int, lines: Sequence[int],
 
 def replay_chains(chains: Iterable[Sequence[int]], lengths: Iterable[int], block_size: int,
                   num_blocks: int) -> np.ndarray:
+    """`PrefixCache.replay`, block for block, for chains already hashed (one sequence of block hashes per request)
+    and the requests' lengths: the cached tokens of each request. Compiled (`lab.audit.fast_replay`); the
+    readable version it equals is `replay_chains_reference`."""
+    from lab.audit.fast_replay import flatten_chains, replay_flat
+
+    hashes, offsets = flatten_chains(list(chains))
+    return replay_flat(hashes, offsets, np.fromiter(lengths, np.int64), block_size, num_blocks)
+
+
+def replay_chains_reference(chains: Iterable[Sequence[int]], lengths: Iterable[int], block_size: int,
+                            num_blocks: int) -> np.ndarray:
     """`PrefixCache.replay`, block for block, for chains already hashed (one list of 64-bit block hashes per
     request, lab.audit.block_arrays) and the requests' lengths: the cached tokens of each request.
 

@@ -1,0 +1,45 @@
+"""lab.audit.fast_replay: the compiled replay equals the readable one, request for request, under eviction and
+duplicated blocks."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lab.audit.fast_replay import flatten_chains, replay_flat
+from lab.audit.replay import replay_chains, replay_chains_reference
+
+# chains from a few shared stems of block ids (so hits, evictions and duplicates happen), with lengths that
+# leave a partial last block or not
+requests = st.lists(st.tuples(st.integers(0, 3), st.lists(st.integers(0, 6), max_size=8), st.integers(0, 3)),
+                    min_size=1, max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(requests, st.sampled_from([1, 2, 4, 16]), st.integers(0, 12), st.booleans())
+def test_the_compiled_replay_is_the_reference_replay(workload, block_size, spare, big_hashes):
+    offset = 2**63 + 11 if big_hashes else 0  # 64-bit hashes with the top bit set keep their bits
+    ids: dict[tuple, int] = {}  # a block's hash stands for every block before it and its own content, as a chain's
+    blocks = [[1000 * stem + k for k in range(3)] + tail for stem, tail, _ in workload]
+    chains = [[offset + ids.setdefault(tuple(b[:k + 1]), len(ids)) for k in range(len(b))] for b in blocks]
+    lengths = [len(c) * block_size + extra for c, (_, _, extra) in zip(chains, workload)]
+    lengths = [max(n, 1) for n in lengths]
+    longest = max(-(-n // block_size) for n in lengths)
+    expected = replay_chains_reference(chains, lengths, block_size, longest + spare)
+    assert replay_chains(chains, lengths, block_size, longest + spare).tolist() == expected.tolist()
+
+
+def test_a_repeated_chain_hits_and_a_small_pool_evicts():
+    chain = np.arange(10, dtype=np.uint64) + np.uint64(2**63)
+    hashes, offsets = flatten_chains([chain, chain, chain[:3]])
+    assert replay_flat(hashes, offsets, np.array([161, 161, 48]), 16, 64).tolist() == [0, 160, 32]
+    assert replay_flat(hashes, offsets, np.array([161, 161, 48]), 16, 11).tolist() == [0, 160, 32]
+    other = np.arange(100, 110)
+    hashes, offsets = flatten_chains([chain, other, chain])
+    assert replay_flat(hashes, offsets, np.array([161, 161, 161]), 16, 11).tolist() == [0, 0, 0]
+
+
+def test_a_pool_smaller_than_a_request_is_refused():
+    hashes, offsets = flatten_chains([[1, 2, 3]])
+    with pytest.raises(ValueError, match="num_blocks=2 cannot hold the longest request"):
+        replay_flat(hashes, offsets, np.array([48]), 16, 2)
