@@ -66,15 +66,15 @@ class ChainPool:
         for block in table:
             self._take(block)
             self.hits[block] += 1
+        loaded = self._tier_hits(hashes[hits:hittable_blocks(num_tokens, self.block_size)])
         for k in range(hits, -(-num_tokens // self.block_size)):
             table.append(self._fill(self._evict(), hashes[k] if k < len(hashes) else None, k))
-        loaded = self._tier_hits(hashes[hits:hittable_blocks(num_tokens, self.block_size)])
         self._release(table)
         return (hits + loaded) * self.block_size
 
     def _tier_hits(self, hashes: Sequence[int]) -> int:
-        """How many leading blocks of the rest of a chain the tier holds (loaded into the request's new blocks, which
-        were taken first, as an engine does: a block evicted by this very request can come back)."""
+        """How many leading blocks of the rest of a chain the tier holds, looked up before the request takes new
+        blocks (as vLLM asks its connector first); each keeps its copy in the tier."""
         count = 0
         for h in hashes:
             if h not in self.tier:

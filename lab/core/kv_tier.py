@@ -5,10 +5,12 @@ The pool (`lab.core.prefix_cache`) drops a cached block's hash when it needs the
 a tier, the block's K/V is copied out first, keyed by the same hash. A later request whose chain misses in the pool
 but finds the next blocks in the tier loads them back instead of recomputing them (`lab.core.mini_engine`). A
 tier is an LRU of at most `num_blocks` blocks; each entry keeps the block's token ids, so a hash collision can
-never hand out another prompt's K/V.
+never hand out another prompt's K/V. A block loaded back keeps its copy here (an inclusive tier, as a store behind
+many engines would), so a tier and a pool hold less together than one pool of both sizes.
 
 Loading p tokens costs about (a read's fixed cost) + p x (K/V bytes per token) / (the tier's bandwidth), where
-recomputing them costs about p x (FLOPs per token) / (the machine's FLOP/s): `lab.experiments.kv_tier` measures both.
+recomputing them costs about p x (FLOPs per token) / (the machine's FLOP/s): `lab.experiments.load_vs_recompute`
+measures both.
 """
 
 from __future__ import annotations
@@ -81,8 +83,9 @@ class KVTier:
             found.append(self._read(block_hash))
             self.entries.move_to_end(block_hash)
         size = sum(t.numel() * t.element_size() for kv in found for t in kv)
-        if found:
+        if hashes:  # a lookup is a round trip, whether it finds anything or not
             self._transfer_wait(size, time.perf_counter() - start)
+        if found:
             self.stats.hits += len(found)
             self.stats.bytes_read += size
             self.stats.read_s += time.perf_counter() - start

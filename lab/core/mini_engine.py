@@ -37,7 +37,7 @@ class Generation:
     lookup_s: float  # hashing the prompt's blocks and looking them up in the pool
     first_logits: torch.Tensor  # logits at the last prompt position
     num_tier_tokens: int = 0  # of num_cached_tokens, those loaded back from the tier
-    load_s: float = 0.0  # reading them from the tier into the pool
+    load_s: float = 0.0  # reading them from the tier and copying them into the request's blocks
 
 
 def rope_theta(config: dict) -> float:
@@ -164,12 +164,19 @@ class MiniEngine:
         start = time.perf_counter()
         blocks = full_blocks(prompt_token_ids, self.block_size)
         chain = blocks, chain_hashes(blocks, self.cache.hash_algo, cache_salt)
-        num_cached = self.cache.allocate(request_id, prompt_token_ids, cache_salt, chain=chain)
+        in_pool = self.cache.cached_prefix_blocks(chain[1][:hittable_blocks(len(prompt_token_ids), self.block_size)],
+                                                  blocks)
         lookup_s = time.perf_counter() - start
+        loaded = self._read_tier(chain, in_pool, len(prompt_token_ids))  # before allocating: its evictions can't touch it
+        load_s = time.perf_counter() - start - lookup_s
+        num_cached = self.cache.allocate(request_id, prompt_token_ids, cache_salt, chain=chain)
         try:
             table = self.cache.tables[request_id]
-            num_loaded = self._load_from_tier(table, chain, num_cached, len(prompt_token_ids))
-            load_s = time.perf_counter() - start - lookup_s
+            copy_start = time.perf_counter()
+            for block, (k, v) in zip(table[in_pool:], loaded):
+                self.k_pool[:, block.block_id], self.v_pool[:, block.block_id] = k, v
+            load_s += time.perf_counter() - copy_start
+            num_loaded = len(loaded) * self.block_size
             num_cached += num_loaded
             ids = [b.block_id for b in table]
             logits = self.forward(prompt_token_ids[num_cached:], num_cached, ids)
@@ -193,13 +200,11 @@ class MiniEngine:
         kv = self.k_pool[:, block.block_id], self.v_pool[:, block.block_id]
         self.tier.put(block.block_hash, block.token_ids, kv)
 
-    def _load_from_tier(self, table: list[Block], chain, num_cached: int, num_tokens: int) -> int:
-        """Copy the tier's blocks that continue the pool's hit into the request's own blocks; tokens loaded."""
+    def _read_tier(self, chain, in_pool: int, num_tokens: int) -> list:
+        """The K/V of the tier's blocks that continue the pool's hit of `in_pool` blocks (a chain stops at its first
+        miss, in the tier as in the pool)."""
         if self.tier is None or not self.cache.enable_caching:
-            return 0
+            return []
         blocks, hashes = chain
-        first, last = num_cached // self.block_size, hittable_blocks(num_tokens, self.block_size)
-        found = self.tier.load_chain(hashes[first:last], blocks[first:last])
-        for block, (k, v) in zip(table[first:], found):
-            self.k_pool[:, block.block_id], self.v_pool[:, block.block_id] = k, v
-        return len(found) * self.block_size
+        last = hittable_blocks(num_tokens, self.block_size)
+        return self.tier.load_chain(hashes[in_pool:last], blocks[in_pool:last])

@@ -14,8 +14,10 @@ directly (the read and the copy into the pool).
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -58,8 +60,9 @@ def crossover_tokens(latency_s: float, bandwidth: float, flops_per_s: float, kv_
 
 def measure(engine: MiniEngine, tiers: dict[str, KVTier], lengths: Sequence[int], repeats: int, seed: int = 0,
             progress=None) -> pd.DataFrame:
-    """A row per (hit length, repeat, tier): TTFT cold, from the tier and from the pool, the load's time and the
-    recompute's. The lengths are in tokens, multiples of the engine's block size, shuffled in every repeat."""
+    """A row per (hit length, repeat, tier): TTFT cold, from the tier and from the pool, the load's time, the time
+    to store the blocks in the tier, and the recompute's. The lengths are in tokens, multiples of the engine's block
+    size; the lengths and the tiers are shuffled in every repeat."""
     if not tiers:
         raise ValueError("tiers is empty: give at least one, e.g. {'memory': MemoryTier(512)}")
     positive_int("repeats", repeats)
@@ -72,7 +75,7 @@ def measure(engine: MiniEngine, tiers: dict[str, KVTier], lengths: Sequence[int]
     rows = []
     for repeat in range(repeats):
         for length in order.sample(list(lengths), len(lengths)):
-            rows += [{"hit_tokens": length, "repeat": repeat, **row} for row in _every_way(engine, tiers, prompts[length])]
+            rows += [{"hit_tokens": length, "repeat": repeat, **row} for row in _every_way(engine, tiers, prompts[length], order)]
             if progress is not None:
                 progress.update(1)
     table = pd.DataFrame(rows)
@@ -81,27 +84,38 @@ def measure(engine: MiniEngine, tiers: dict[str, KVTier], lengths: Sequence[int]
     return table
 
 
-def _every_way(engine: MiniEngine, tiers: dict[str, KVTier], prompt: list[int]) -> list[dict]:
+def _every_way(engine: MiniEngine, tiers: dict[str, KVTier], prompt: list[int], order: random.Random) -> list[dict]:
     hit = len(prompt) - 1
+    engine.use_tier(None)
     engine.cache.reset()
     cold = engine.generate(prompt)
     loads = []
-    for name, tier in tiers.items():
+    for name in order.sample(list(tiers), len(tiers)):
+        tier = tiers[name]
         engine.use_tier(tier)
         tier.clear()
+        start = time.perf_counter()
         engine.cache.evict_free_blocks()  # every block of the prompt now lives in this tier only
+        store_s = time.perf_counter() - start
         loaded = engine.generate(prompt)
         if loaded.num_tier_tokens != hit or loaded.output_token_ids != cold.output_token_ids:
             raise RuntimeError(f"tier {name}: loaded {loaded.num_tier_tokens} of {hit} tokens, first token "
                                f"{loaded.output_token_ids} against {cold.output_token_ids} cold: is it smaller than the prompt?")
-        loads.append((name, loaded))
+        loads.append((name, loaded, store_s))
         tier.clear()
+    engine.use_tier(None)
     local = engine.generate(prompt)
     if cold.num_cached_tokens or local.num_cached_tokens != hit or local.output_token_ids != cold.output_token_ids:
         raise RuntimeError(f"expected a cold run and a {hit}-token pool hit with one first token; got "
                            f"{cold.num_cached_tokens} and {local.num_cached_tokens} cached: is the pool too small?")
     return [{"tier": name, "ttft_cold_s": cold.ttft_s, "ttft_tier_s": loaded.ttft_s, "ttft_local_s": local.ttft_s,
-             "load_s": loaded.load_s} for name, loaded in loads]
+             "load_s": loaded.load_s, "store_s": store_s} for name, loaded, store_s in loads]
+
+
+def fit_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """Least squares y = a + b x: (a, b), the fixed cost and the cost per unit."""
+    slope, intercept = np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)
+    return float(intercept), float(slope)
 
 
 def rates(table: pd.DataFrame, config: dict) -> pd.DataFrame:

@@ -45,7 +45,7 @@ def stored_prompts(folder: str | Path) -> pd.DataFrame:
 @dataclass(frozen=True)
 class RestartPrompts:
     stored: list[str]  # sent to the first server, then to the second
-    cold: list[str]  # one a stored prompt, never stored, about as long
+    cold: list[str]  # one per stored prompt, never stored, about as long
     longer: str  # sent to the first server, then to the second with `extra` after it
     extra: str = " " + " ".join(["and one more sentence after it"] * 12)  # runs into further blocks
 

@@ -1,0 +1,136 @@
+"""The compiled replay at speed (a benchmark, not a test): against the readable replay, against a probe loop, and a
+capacity curve of ten million requests.
+
+    python -m lab.audit.replay_bench [--requests 1000000] [--curve-requests 10000000] [--repeats 3]
+
+The trace is Kimi's hour (Mooncake's conversation trace) repeated with its block ids remapped per copy: each copy
+keeps the hour's own sharing, and no two copies share a block (more conversations of the same shape).
+
+1. `--requests` requests replayed at 3M tokens by `replay_chains_reference` (Python) and by the compiled kernel, in
+   pairs, one right after the other, on one core: target at least 10x, the results equal.
+2. The kernel's block lookups a second against a probe loop over an array as large as its hash table (the same
+   count of random reads, nothing else): how close the replay comes to what the memory allows.
+3. A capacity curve of 16 points on `--curve-requests` requests, the capacities spread over the cores: target at
+   most 60 s and 2 GB on 2 cores.
+Saved as data/results/bench_replay-*, with the machine and the lab's commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import pandas as pd
+from numba import njit, prange
+
+from lab import PROJECT_ROOT
+from lab.audit.block_trace import pool_blocks, read_block_trace
+from lab.audit.fast_replay import _replay, replay_flat
+from lab.audit.replay import replay_chains_reference
+from lab.audit.scale_bench import PeakMemory, peak_rss_gib
+from lab.experiments.results import environment, hardware_line, save_results
+
+CONVERSATION = PROJECT_ROOT / "data" / "traces" / "mooncake_conversation_trace.jsonl.gz"
+KV_TOKENS = 3_000_000
+TARGETS = {"speed-up": 10.0, "curve_s": 60.0, "curve_gb": 2.0}
+
+
+def repeated_trace(requests: int):
+    """Kimi's hour repeated to `requests` requests, each copy's ids shifted past the last: flat int32 chains (int64
+    where the ids would not fit), their offsets, the lengths, and the trace itself."""
+    trace = read_block_trace(CONVERSATION)
+    counts = np.array([len(c) for c in trace.chains], np.int64)
+    base = np.concatenate(trace.chains)
+    span = int(base.max()) + 1
+    copies = -(-requests // len(trace))
+    dtype = np.int32 if span * copies < 2**31 else np.int64
+    flat = (np.tile(base, copies).astype(dtype) + np.repeat(np.arange(copies, dtype=dtype) * span, len(base)))
+    offsets = np.zeros(copies * len(trace) + 1, np.int64)
+    np.cumsum(np.tile(counts, copies), out=offsets[1:])
+    keep = requests
+    lengths = np.tile(trace.input_tokens.astype(np.int64), copies)[:keep]
+    return flat[: offsets[keep]], offsets[: keep + 1], lengths, trace
+
+
+@njit(cache=True)
+def probe_loop(table_size: int, probes: int) -> int:
+    """`probes` reads at scattered places of an int64 array of `table_size` entries: the replay's memory traffic
+    with none of its work."""
+    table = np.arange(table_size, dtype=np.int64)
+    mask, acc, at = table_size - 1, 0, 0
+    for i in range(probes):
+        at = (at * 6364136223846793005 + 1442695040888963407 + i) & mask
+        acc += table[at]
+    return acc
+
+
+@njit(parallel=True, cache=True)
+def _curve(hashes, offsets, lengths, block_size, pools):
+    hits = np.zeros(len(pools), np.int64)
+    for k in prange(len(pools)):
+        hits[k] = _replay(hashes, offsets, lengths, block_size, pools[k]).sum()
+    return hits
+
+
+def speed(requests: int, repeats: int) -> list[dict]:
+    flat, offsets, lengths, trace = repeated_trace(requests)
+    pool = pool_blocks(trace, KV_TOKENS)
+    chains = [flat[offsets[i]:offsets[i + 1]] for i in range(len(lengths))]
+    replay_flat(flat[:0], offsets[:1], lengths[:0], trace.block_tokens, pool)  # compile first, untimed
+    rows = []
+    for repeat in range(repeats):
+        start = time.perf_counter()
+        reference = replay_chains_reference(chains, lengths, trace.block_tokens, pool)
+        middle = time.perf_counter()
+        compiled = replay_flat(flat.astype(np.int64), offsets, lengths, trace.block_tokens, pool)
+        end = time.perf_counter()
+        if not np.array_equal(reference, compiled):
+            raise RuntimeError("the compiled replay differs from the reference: a bug, not a benchmark result")
+        lookups = int(offsets[-1])
+        table = 1 << int(np.ceil(np.log2(2 * pool)))
+        probe_start = time.perf_counter()
+        probe_loop(table, lookups)
+        probe_s = time.perf_counter() - probe_start
+        rows.append({"benchmark": "replay", "repeat": repeat, "requests": len(lengths), "blocks": lookups,
+                     "reference_s": middle - start, "compiled_s": end - middle, "probe_s": probe_s,
+                     "speedup": (middle - start) / (end - middle), "share_of_probe_rate": probe_s / (end - middle)})
+    return rows
+
+
+def curve(requests: int, points: int = 16) -> dict:
+    with PeakMemory(interval=1.0) as memory:
+        start = time.perf_counter()
+        flat, offsets, lengths, trace = repeated_trace(requests)
+        capacities = np.logspace(5, 9, points).round(-3).astype(np.int64)
+        pools = np.array([pool_blocks(trace, int(c)) for c in capacities], np.int64)
+        hits = _curve(flat, offsets, lengths, trace.block_tokens, pools)
+        seconds = time.perf_counter() - start
+    peak = max(peak_rss_gib(), memory.peak_gib) * 2**30 / 1e9
+    rates = hits / lengths.sum()
+    return {"benchmark": "capacity curve", "requests": len(lengths), "points": points, "seconds": seconds,
+            "peak_gb": peak, "hit_rate_at_3m": float(np.interp(np.log(3e6), np.log(capacities), rates)),
+            "max_hit_rate": float(rates.max()),
+            "met": seconds <= TARGETS["curve_s"] and peak <= TARGETS["curve_gb"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.audit.replay_bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=1_000_000)
+    parser.add_argument("--curve-requests", type=int, default=10_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    if min(args.requests, args.curve_requests, args.repeats) < 1:
+        parser.error("--requests, --curve-requests and --repeats must be positive")
+    table = pd.DataFrame(speed(args.requests, args.repeats) + [curve(args.curve_requests)])
+    env = environment(benchmark="replay", requests=args.requests, curve_requests=args.curve_requests,
+                      repeats=args.repeats, kv_tokens=KV_TOKENS, trace="Kimi's hour repeated, ids remapped per copy")
+    path = save_results(table, f"bench_replay-{args.requests}", env)
+    print(hardware_line(env), f"| lab {env['code']}")
+    print(table.to_string(index=False))
+    print(f"saved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
