@@ -33,7 +33,8 @@ class _Deprecated(argparse.Action):
 def parser() -> argparse.ArgumentParser:
     d = DEFAULTS
     cli = argparse.ArgumentParser(prog="python -m lab.audit", description=__doc__.split("\n\n")[0])
-    cli.add_argument("prompts", help="JSONL (.jsonl, .jsonl.gz) or Parquet: one {\"prompt\": ...} or {\"messages\": "
+    cli.add_argument("prompts", help="JSONL (.jsonl, .jsonl.gz) or Parquet, or a folder or quoted glob of such shards "
+                     "read as one log: one {\"prompt\": ...} or {\"messages\": "
                      "[...], \"tools\": [...]} per line; with \"timestamp\" (ISO 8601 or epoch seconds) or "
                      "\"arrival_s\", replayed in arrival order; optional \"tenant\" and \"cache_salt\"")
     cli.add_argument("--model", default=d.model,

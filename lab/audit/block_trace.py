@@ -64,9 +64,15 @@ def _open(path: Path):
 
 
 def is_block_trace(path: str | Path) -> bool:
-    """Whether `path` (JSON lines, optionally gzipped) holds a block-hash trace: its first record has `hash_ids`."""
-    path = Path(path)
-    if not path.is_file() or not path.name.endswith((".jsonl", ".jsonl.gz", ".json")):
+    """Whether `path` (JSON lines, optionally gzipped; or shards of them, lab.audit.shards) holds a block-hash trace:
+    its first record has `hash_ids`."""
+    from lab.audit.shards import shard_paths
+
+    try:
+        path = shard_paths(path)[0]
+    except AuditInputError:
+        return False
+    if not path.name.endswith((".jsonl", ".jsonl.gz", ".json")):
         return False
     with _open(path) as f:
         first = f.readline()
@@ -98,11 +104,18 @@ def _check_record(record: object, line: int, where: str, block_tokens: int) -> N
 def read_block_trace(path: str | Path, block_tokens: int | None = None, limit: int | None = None) -> BlockTrace:
     """Read a Mooncake or Bailian trace (format told by its keys), check every line, sort by arrival. Each line is
     kept compactly (its full blocks' ids as an array), so a million requests fit in a few hundred MB. `block_tokens`
-    overrides the format's block size; `limit` keeps the first requests of the file."""
+    overrides the format's block size; `limit` keeps the first requests of the file. `path` may name shards of one
+    trace (a folder or a glob: lab.audit.shards), merged by arrival with their ids as they are."""
+    from lab.audit.shards import shard_paths
+
+    if not Path(path).is_file():
+        if not Path(path).is_dir() and not any(ch in str(path) for ch in "*?["):
+            raise AuditInputError(f"{path}: no such file; pass a block-hash trace (JSON lines with hash_ids), "
+                                  "e.g. data/traces/mooncake_conversation_trace.jsonl.gz, or a folder of its shards")
+        shards = [read_block_trace(shard, block_tokens) for shard in shard_paths(path)]
+        merged = _merge(shards, keep_ids_apart=False, source=str(path))
+        return merged if limit is None else first_requests(merged, limit)
     path = Path(path)
-    if not path.is_file():
-        raise AuditInputError(f"{path}: no such file; pass a block-hash trace (JSON lines with hash_ids), "
-                              "e.g. data/traces/mooncake_conversation_trace.jsonl.gz")
     rows, chains, conversations, spec = [], [], [], None
     with _open(path) as f:
         for line, text in enumerate(f, start=1):
@@ -141,19 +154,36 @@ def _build(rows: list[tuple], chains: list[np.ndarray], conversations: list[tupl
 
 def combine(*traces: BlockTrace) -> BlockTrace:
     """Several traces as one (requests merged by arrival), their ids kept apart: two traces never share a block."""
+    return _merge(traces, keep_ids_apart=True, source=" + ".join(t.source for t in traces))
+
+
+def _merge(traces, *, keep_ids_apart: bool, source: str) -> BlockTrace:
+    """Requests of several traces merged by arrival (stable: equal times keep their trace's order); the ids shifted
+    per trace where the traces are unrelated, kept where they are shards of one."""
     if len({t.block_tokens for t in traces}) != 1:
         raise ValueError("traces of different block sizes cannot be replayed as one pool")
     offset, chains = 0, []
     for trace in traces:
-        chains += [chain + offset for chain in trace.chains]
+        chains += [chain + offset for chain in trace.chains] if keep_ids_apart else list(trace.chains)
         offset += int(max((c.max() for c in trace.chains if len(c)), default=0)) + 1
     arrival = np.concatenate([t.arrival_s for t in traces])
     order = np.argsort(arrival, kind="stable")
-    return BlockTrace(source=" + ".join(t.source for t in traces), format=traces[0].format,
-                      block_tokens=traces[0].block_tokens, arrival_s=arrival[order],
-                      input_tokens=np.concatenate([t.input_tokens for t in traces])[order],
+    conversations = None
+    if not keep_ids_apart and all(t.conversations is not None for t in traces):
+        conversations = pd.concat([t.conversations for t in traces], ignore_index=True).iloc[order].reset_index(drop=True)
+    return BlockTrace(source=source, format=traces[0].format, block_tokens=traces[0].block_tokens,
+                      arrival_s=arrival[order], input_tokens=np.concatenate([t.input_tokens for t in traces])[order],
                       output_tokens=np.concatenate([t.output_tokens for t in traces])[order],
-                      chains=tuple(chains[i] for i in order))
+                      chains=tuple(chains[i] for i in order), conversations=conversations)
+
+
+def first_requests(trace: BlockTrace, count: int) -> BlockTrace:
+    """The first `count` requests in arrival order."""
+    conversations = None if trace.conversations is None else trace.conversations.iloc[:count].reset_index(drop=True)
+    return BlockTrace(source=trace.source, format=trace.format, block_tokens=trace.block_tokens,
+                      arrival_s=trace.arrival_s[:count], input_tokens=trace.input_tokens[:count],
+                      output_tokens=trace.output_tokens[:count], chains=trace.chains[:count],
+                      conversations=conversations)
 
 
 def pool_blocks(trace: BlockTrace, kv_tokens: int | None) -> int:

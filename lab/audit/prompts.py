@@ -137,18 +137,27 @@ def _jsonl_line(raw: bytes, where: str) -> dict | None:
                               '{"prompt": "..."}') from error
 
 
-def raw_records(path: Path) -> Iterator[tuple[str, int, bytes | dict]]:
+def raw_records(path: str | Path) -> Iterator[tuple[str, int, bytes | dict]]:
     """(where, number, raw line or record) for every line of a JSONL file (gzipped or not) or row of a Parquet file,
-    not yet parsed (good_records parses them)."""
-    _check_file(path)
+    not yet parsed (good_records parses them). `path` may name shards (lab.audit.shards): their records follow one
+    another in name order, numbered across them, each `where` naming its shard and line."""
+    from lab.audit.shards import shard_paths
+
+    number = 0
+    for shard in shard_paths(path):
+        for where, raw in _file_records(shard):
+            number += 1
+            yield where, number, raw
+
+
+def _file_records(path: Path) -> Iterator[tuple[str, bytes | dict]]:
     if path.suffix == ".parquet":
-        for number, (where, record) in enumerate(_parquet_rows(path), start=1):
-            yield where, number, record
+        yield from _parquet_rows(path)
         return
     with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as f:
         lines = io.BufferedReader(f, buffer_size=2 ** 20) if path.suffix == ".gz" else f  # a line at a time from gzip
         for number, raw in enumerate(lines, start=1):                                      # is slow unbuffered
-            yield f"{path}:{number}", number, raw
+            yield f"{path}:{number}", raw
 
 
 def _good_records(path: Path, tokenizer, skip_bad: bool, skipped: list[str]) -> Iterator[dict]:
@@ -178,10 +187,10 @@ def good_records(records: Iterable[tuple[str, int, bytes | dict]], tokenizer, sk
             skipped.append(str(error))
 
 
-def _check_file(path: Path) -> None:
-    if not path.is_file():
-        raise AuditInputError(f"{path}: no such file; pass a JSONL file of prompts, one {{\"prompt\": ...}} per line "
-                              "(or a Parquet file with a prompt or messages column)")
+def _check_file(path: str | Path) -> None:
+    from lab.audit.shards import shard_paths
+
+    shard_paths(path)  # raises, naming what would work, where it names no file
 
 
 CHUNK_RECORDS = 1000  # records tokenized in one call: the tokenizer's batch, and the unit of the progress bar

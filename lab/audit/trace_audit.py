@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lab.audit.block_trace import BlockTrace, cached_tokens, capacity_curve, read_block_trace
+from lab.audit.block_trace import BlockTrace, cached_tokens, capacity_curve, first_requests, read_block_trace
 from lab.audit.settings import AuditSettings
 from lab.audit.trace_fleet import fleet_table
 from lab.experiments.results import write_atomically
@@ -57,13 +57,6 @@ class TraceAudit:
                 "fleet": self.fleet.to_dict("records"), "needs_text": list(NEEDS_TEXT)}
 
 
-def first(trace: BlockTrace, count: int) -> BlockTrace:
-    """The first `count` requests of a trace, in arrival order."""
-    return BlockTrace(trace.source, trace.format, trace.block_tokens, trace.arrival_s[:count],
-                      trace.input_tokens[:count], trace.output_tokens[:count], trace.chains[:count],
-                      None if trace.conversations is None else trace.conversations.iloc[:count])
-
-
 def windows(trace: BlockTrace, cached: np.ndarray, count: int = WINDOWS) -> pd.DataFrame:
     """The token hit rate per window of arrival time (equal widths over the trace's span)."""
     span = float(trace.arrival_s[-1]) or 1.0
@@ -90,7 +83,7 @@ def audit_trace(path: str | Path, settings: AuditSettings | None = None) -> Trac
     settings = settings or AuditSettings()
     trace = read_block_trace(path)
     cached = cached_tokens(trace, settings.kv_tokens)
-    head = first(trace, CURVE_REQUESTS)
+    head = first_requests(trace, CURVE_REQUESTS)
     curve = capacity_curve(head, CURVE_TOKENS, progress=settings.progress)
     return TraceAudit(source=str(path), format=trace.format, block_tokens=trace.block_tokens, requests=len(trace),
                       input_tokens=int(trace.input_tokens.sum()), span_s=float(trace.arrival_s[-1]),

@@ -20,6 +20,15 @@ def _benchmark_summary(name: str, table: pd.DataFrame, env: dict) -> str:
         return "; ".join(f"{row.benchmark}: {row.requests:,} requests, {row.seconds:.1f} s"
                          + (f", peak {row.peak_gb:.2f} GB" if pd.notna(row.peak_gb) else "")
                          + f" ({row.target}: {'met' if row.met else 'not met'})" for row in table.itertuples())
+    if name.startswith("bench_replay"):
+        speed, curve = table[table.benchmark == "replay"], table[table.benchmark == "capacity curve"].iloc[0]
+        gain = speed.speedup
+        return (f"{int(speed.requests.iloc[0]):,} requests at {env['kv_tokens']:,} tokens, one core: the compiled replay "
+                f"x{gain.median():.1f} (x{gain.min():.1f}-x{gain.max():.1f}, {len(gain)} pairs) the readable one's speed, "
+                f"equal results (at least x10: {'met' if gain.median() >= 10 else 'not met'}), at "
+                f"{speed.share_of_probe_rate.median():.0%} of a bare probe loop's rate; a {int(curve.points)}-point "
+                f"capacity curve of {int(curve.requests):,} requests on the cores: {curve.seconds:.0f} s, peak "
+                f"{curve.peak_gb:.2f} GB (at most 60 s and 2 GB: {'met' if curve.met else 'not met'})")
     if name.startswith("bench_sim"):
         router = ["random", "round_robin", "power_of_two", "consistent_hash", "cache_aware"]
         parts = []
