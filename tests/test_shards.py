@@ -1,7 +1,6 @@
 """A log in shards (a folder or a glob of JSONL, gzipped or not) is audited as the one file they were cut from."""
 
 import gzip
-import json
 import random
 
 import pandas as pd
@@ -19,14 +18,15 @@ SHARED = text_of_tokens(random.Random(3), 300, "policy")
 
 
 def records(count: int) -> list[dict]:
-    """Prompts with arrival times, some sharing a long start: their order across shards matters."""
+    """Prompts with arrival times (some equal), some sharing a long start: their order across shards matters."""
     rng = random.Random(5)
     return [{"prompt": (SHARED if i % 3 else "") + text_of_tokens(random.Random(i), 20, "all"),
-             "arrival_s": round(rng.uniform(0, 100), 3), "tenant": f"t{i % 2}"} for i in range(count)]
+             "arrival_s": float(rng.randrange(20)), "tenant": f"t{i % 2}"} for i in range(count)]
 
 
 def cut(rows: list[dict], folder, write_jsonl, names=("a.jsonl", "b.jsonl.gz", "c.jsonl")):
-    """The rows dealt round-robin over shards (so each shard's times interleave with the others')."""
+    """The rows dealt round-robin over shards (so each shard's times interleave with the others'). As one log, the
+    shards stand for their records end to end in name order (`lab.audit.shards`)."""
     folder.mkdir()
     for k, name in enumerate(names):
         write_jsonl(folder / name, rows[k::len(names)])
@@ -35,7 +35,8 @@ def cut(rows: list[dict], folder, write_jsonl, names=("a.jsonl", "b.jsonl.gz", "
 
 def test_shards_audit_as_the_file_they_were_cut_from(tmp_path, write_jsonl):
     rows = records(45)
-    whole = audit(write_jsonl(tmp_path / "whole.jsonl", rows), replicas=2, kv_tokens=40_000, progress=False)
+    in_shard_order = [row for k in range(3) for row in rows[k::3]]  # equal arrival times keep this order
+    whole = audit(write_jsonl(tmp_path / "whole.jsonl", in_shard_order), replicas=2, kv_tokens=40_000, progress=False)
     folder = cut(rows, tmp_path / "shards", write_jsonl)
     for spec in (folder, str(folder / "*.jsonl*")):
         sharded = audit(spec, replicas=2, kv_tokens=40_000, progress=False)
@@ -60,8 +61,8 @@ def test_a_block_trace_in_shards_audits_as_one(tmp_path):
     for k in range(3):
         with gzip.open(folder / f"part-{k}.jsonl.gz", "wt") as f:
             f.write("\n".join(lines[k::3]) + "\n")
-    whole_path = tmp_path / "whole.jsonl"
-    whole_path.write_text("\n".join(lines) + "\n")
+    whole_path = tmp_path / "whole.jsonl"  # the shards end to end, in name order: the log they stand for
+    whole_path.write_text("".join("\n".join(lines[k::3]) + "\n" for k in range(3)))
     whole, sharded = audit_trace(whole_path), audit_trace(folder)
     assert sharded.requests == whole.requests == 3000
     assert sharded.hit_rate == whole.hit_rate and sharded.max_hit_rate == whole.max_hit_rate

@@ -114,6 +114,22 @@ def _register(keys, values, used, next_holder, bits, block_hash, block):
 
 
 @njit(cache=True)
+def _release(table, needed, has_hash, prev, nxt, sentinel, unhashed_blocks):
+    """A finished request's blocks back to the queue: hashed ones to the tail, the chain's tail first; the rest to
+    the front, in their order in the request."""
+    unhashed = 0
+    for k in range(needed - 1, -1, -1):
+        block = table[k]
+        if has_hash[block]:
+            _push_tail(prev, nxt, sentinel, block)
+        else:
+            unhashed_blocks[unhashed] = block
+            unhashed += 1
+    for k in range(unhashed - 1, -1, -1):
+        _push_front(prev, nxt, sentinel, unhashed_blocks[k])
+
+
+@njit(cache=True)
 def _replay(hashes, offsets, lengths, block_size, num_blocks):
     sentinel = num_blocks
     prev = np.empty(num_blocks + 1, np.int64)
@@ -156,16 +172,7 @@ def _replay(hashes, offsets, lengths, block_size, num_blocks):
             else:
                 has_hash[block] = False
             table[k] = block
-        unhashed = 0
-        for k in range(needed - 1, -1, -1):  # the chain's tail first; unhashed blocks gathered for the front
-            block = table[k]
-            if has_hash[block]:
-                _push_tail(prev, nxt, sentinel, block)
-            else:
-                unhashed_blocks[unhashed] = block
-                unhashed += 1
-        for k in range(unhashed - 1, -1, -1):
-            _push_front(prev, nxt, sentinel, unhashed_blocks[k])
+        _release(table, needed, has_hash, prev, nxt, sentinel, unhashed_blocks)
         out[r] = hits * block_size
     return out
 

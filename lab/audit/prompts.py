@@ -17,10 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from lab.audit.piece_tokens import TokenEncoder
-
-
-class AuditInputError(ValueError):
-    """A prompts file, or a line in it, that cannot be audited; the message names the file, the line and a fix."""
+from lab.audit.shards import AuditInputError, shard_paths
 
 
 @dataclass
@@ -141,8 +138,6 @@ def raw_records(path: str | Path) -> Iterator[tuple[str, int, bytes | dict]]:
     """(where, number, raw line or record) for every line of a JSONL file (gzipped or not) or row of a Parquet file,
     not yet parsed (good_records parses them). `path` may name shards (lab.audit.shards): their records follow one
     another in name order, numbered across them, each `where` naming its shard and line."""
-    from lab.audit.shards import shard_paths
-
     number = 0
     for shard in shard_paths(path):
         for where, raw in _file_records(shard):
@@ -188,8 +183,6 @@ def good_records(records: Iterable[tuple[str, int, bytes | dict]], tokenizer, sk
 
 
 def _check_file(path: str | Path) -> None:
-    from lab.audit.shards import shard_paths
-
     shard_paths(path)  # raises, naming what would work, where it names no file
 
 

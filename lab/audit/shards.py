@@ -7,7 +7,9 @@ from __future__ import annotations
 import glob
 from pathlib import Path
 
-from lab.audit.prompts import AuditInputError
+
+class AuditInputError(ValueError):
+    """A prompts file, or a line in it, that cannot be audited; the message names the file, the line and a fix."""
 
 LOG_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
 
