@@ -43,3 +43,18 @@ def test_a_pool_smaller_than_a_request_is_refused():
     hashes, offsets = flatten_chains([[1, 2, 3]])
     with pytest.raises(ValueError, match="num_blocks=2 cannot hold the longest request"):
         replay_flat(hashes, offsets, np.array([48]), 16, 2)
+
+
+@pytest.mark.engine
+def test_a_vllm_engine_starts_in_a_process_that_loaded_the_compiled_replay():
+    import subprocess
+    import sys
+
+    script = ("import lab; lab.setup()\n"
+              "import lab.audit.fast_replay\n"  # numba and llvmlite first, as an audit before `--confirm` loads them
+              "from lab.core.model import ensure_model\n"
+              "from lab.serving.engine import make_llm\n"
+              "llm = make_llm(ensure_model('tiny'))\n"
+              "print('started', llm.llm_engine is not None)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert "started True" in done.stdout, done.stderr[-3000:]

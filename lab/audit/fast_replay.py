@@ -19,6 +19,19 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
+
+
+def _let_vllm_scan_llvmlite() -> None:
+    """vLLM 0.32 scans every loaded module's attributes when an engine starts, reading `vars(x).get("kernel")` of any
+    that has a `__dict__` (vllm/triton_utils/dispatcher.py). numba loads llvmlite, whose `ffi.lib` answers every
+    attribute, `__dict__` too, with a wrapped C function, so an engine started later in the same process fails. An
+    empty dict in `ffi.lib`'s own lookup table answers `__dict__` instead; llvmlite never reads it."""
+    from llvmlite.binding import ffi
+
+    ffi.lib._fntab["__dict__"] = {}
+
+
+_let_vllm_scan_llvmlite()
 NIL = -1
 _FIB = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: multiply, keep the top bits
 
