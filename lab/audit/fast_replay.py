@@ -20,7 +20,6 @@ import numpy as np
 from numba import njit
 
 
-
 def _let_vllm_scan_llvmlite() -> None:
     """vLLM 0.32 scans every loaded module's attributes when an engine starts, reading `vars(x).get("kernel")` of any
     that has a `__dict__` (vllm/triton_utils/dispatcher.py). numba loads llvmlite, whose `ffi.lib` answers every
