@@ -58,3 +58,18 @@ def test_a_vllm_engine_starts_in_a_process_that_loaded_the_compiled_replay():
               "print('started', llm.llm_engine is not None)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert "started True" in done.stdout, done.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_the_replay_benchmark_runs_small_and_records_its_targets(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from lab.audit import replay_bench
+
+    monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path))
+    assert replay_bench.main(["--requests", "3000", "--curve-requests", "4000", "--repeats", "1"]) == 0
+    table = pd.read_csv(next(tmp_path.glob("bench_replay-3000-*.csv")))
+    speed, curve = table[table.benchmark == "replay"].iloc[0], table[table.benchmark == "capacity curve"].iloc[0]
+    assert speed.requests == 3000 and speed.speedup > 0 and curve.requests == 4000 and curve.points == 16
+    assert 0 < curve.hit_rate_at_3m <= curve.max_hit_rate < 1
+    assert sorted(replay_bench.dealt(np.arange(6), 2).tolist()) == list(range(6))
