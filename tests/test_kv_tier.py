@@ -129,7 +129,7 @@ def test_load_against_recompute_measures_every_way_and_refuses_bad_lengths(model
     tiers = {"memory": MemoryTier(16), "slow": ThrottledTier(MemoryTier(16), bandwidth=1e6, latency_s=0.0)}
     table = rates(measure(engine, tiers, [16, 64], repeats=2), engine.config)
     assert len(table) == 2 * 2 * 2 and set(table.tier) == set(tiers)
-    assert (table.recompute_s > 0).all() and (table.load_s > 0).all()
+    assert (table.recompute_s == table.ttft_cold_s - table.ttft_local_s).all() and (table.load_s > 0).all()
     slow = table[(table.tier == "slow") & (table.hit_tokens == 64)]  # 64 tokens x 4,096 bytes at 1 MB/s: 0.26 s
     assert (slow.load_s >= 64 * 4096 / 1e6).all()
     with pytest.raises(ValueError, match="not a multiple of block_size=16"):

@@ -35,7 +35,7 @@ from lab.audit.block_trace import pool_blocks, read_block_trace
 from lab.audit.fast_replay import _replay, replay_flat
 from lab.audit.replay import replay_chains_reference
 from lab.audit.scale_bench import PeakMemory, peak_rss_gib
-from lab.experiments.results import environment, hardware_line, save_results
+from lab.experiments.results import environment, save_benchmark
 
 CONVERSATION = PROJECT_ROOT / "data" / "traces" / "mooncake_conversation_trace.jsonl.gz"
 KV_TOKENS = 3_000_000
@@ -158,10 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     table = pd.DataFrame(speed(args.requests, args.repeats) + [curve_in_a_process(args.curve_requests)])
     env = environment(benchmark="replay", requests=args.requests, curve_requests=args.curve_requests,
                       repeats=args.repeats, kv_tokens=KV_TOKENS, trace="Kimi's hour repeated, ids remapped per copy")
-    path = save_results(table, f"bench_replay-{args.requests}", env)
-    print(hardware_line(env), f"| lab {env['code']}")
-    print(table.to_string(index=False))
-    print(f"saved {path}")
+    save_benchmark(table, f"bench_replay-{args.requests}", env)
     return 0
 
 

@@ -29,7 +29,7 @@ from lab.audit.block_trace import capacity_curve, read_block_trace
 from lab.audit.scale_bench import PeakMemory, peak_rss_gib
 from lab.audit.settings import AuditSettings
 from lab.audit.trace_audit import audit_trace
-from lab.experiments.results import environment, hardware_line, save_results
+from lab.experiments.results import environment, save_benchmark
 from lab.paths import folder
 
 CONVERSATION = PROJECT_ROOT / "data" / "traces" / "mooncake_conversation_trace.jsonl.gz"
@@ -92,10 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     table = pd.DataFrame([sweep(args.sizes), audit_at_scale(args.requests)])
     env = environment(benchmark="trace", requests=args.requests, sizes=args.sizes)
-    path = save_results(table, f"bench_trace-{args.requests}", env)
-    print(hardware_line(env), f"| lab {env['code']}")
-    print(table.to_string(index=False))
-    print(f"saved {path}")
+    save_benchmark(table, f"bench_trace-{args.requests}", env)
     return 0
 
 

@@ -99,6 +99,16 @@ def save_results(df: pd.DataFrame, name: str, env: dict[str, Any]) -> Path:
     raise FileExistsError(f"could not find a free results file name for {name!r} under {out}")
 
 
+def save_benchmark(table: pd.DataFrame, name: str, env: dict[str, Any]) -> Path:
+    """`save_results` for a benchmark's command line: also prints the machine, the lab's commit, the table and where
+    it went."""
+    path = save_results(table, name, env)
+    print(hardware_line(env), f"| lab {env['code']}")
+    print(table.to_string(index=False))
+    print(f"saved {path}")
+    return path
+
+
 def _run_order(path: Path) -> tuple[str, int]:
     run_id = path.stem.rsplit("-", 2)
     stamp, attempt = (run_id[-2], int(run_id[-1])) if run_id[-1].isdigit() else (run_id[-1], 0)
