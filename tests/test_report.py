@@ -3,6 +3,7 @@ numbers come from the results files, their tables are those numbers, and each is
 markers. The tests read numbers and tables, not sentences: the wording lives in lab/tools/templates/*.md.j2 and
 may change freely."""
 
+import json
 import re
 
 import pandas as pd
@@ -103,7 +104,9 @@ def test_the_headline_is_notebook_05s_ttft_change_beside_the_articles(results):
 
 def report_files(tmp_path, monkeypatch) -> tuple:
     readme, results = tmp_path / "README.md", tmp_path / "RESULTS.md"
-    readme.write_text(f"intro\n{HEADLINE[0]}\nold\n{HEADLINE[1]}\nmiddle\n{SUMMARY[0]}\nold\n{SUMMARY[1]}\noutro\n")
+    cluster = lab.tools.readme_report.CLUSTER
+    readme.write_text(f"intro\n{HEADLINE[0]}\nold\n{HEADLINE[1]}\nmiddle\n{SUMMARY[0]}\nold\n{SUMMARY[1]}\n"
+                      f"{cluster[0]}\nold\n{cluster[1]}\noutro\n")
     results.write_text(f"head\n{NOTEBOOKS[0]}\nSTALE\n{NOTEBOOKS[1]}\nmiddle\n{lab.tools.readme_report.START}\nSTALE\n"
                        f"{lab.tools.readme_report.END}\ntail\n")
     monkeypatch.setattr(lab.tools.readme_report, "README", readme)
@@ -398,3 +401,23 @@ def test_the_model_size_section_comes_from_notebook_18s_results(results):
     assert row(sizes, "the article") == ["6,740,000,000", "the article's figures", "", "", "1.82", "", "-0.46"]
     assert "18_model_size-" in text, "the run it cites"
     assert "../figures/18_model_size-gain.png" in text
+
+
+def test_the_ray_benchmark_is_summarised_and_projected_from_its_own_file(tmp_path):
+    from lab.tools.benchmark_report import benchmark_rows, cluster_lines, projected_seconds
+
+    assert "Not measured yet" in cluster_lines(tmp_path)
+    table = pd.DataFrame({"workers": [1, 2], "seconds": [400.0, 220.0], "read and tokenize (s)": [300.0, 160.0],
+                          "largest_child_gb": [0.9, 0.8]})
+    env = {"device": "a 2-core test machine", "prompts": 1_000_000, "reports_equal": True, "driver_read_s": 10.0,
+           "log_bytes": 1e9, "targets": {"speed-up": 1.7, "worker_gb": 2.0}, "code": "abc"}
+    table.to_csv(tmp_path / "bench_ray-1000000-20261204T000000.csv", index=False)
+    (tmp_path / "bench_ray-1000000-20261204T000000.json").write_text(json.dumps(
+        {"name": "bench_ray-1000000", "run_id": "bench_ray-1000000-20261204T000000", "environment": env}))
+    (row,) = benchmark_rows(tmp_path).measured
+    assert "1 worker 400 s, 2 workers 220 s (x1.82; reading and tokenizing x1.88)" in row and ": met)" in row
+    # reading 300 s at one worker, at 94% efficiency over 16 workers, plus the other 60 s, both x10
+    assert projected_seconds(10_000_000, 16, table, env) == pytest.approx(10 * (300 / (16 * 300 / 320) + 60))
+    # with very many workers the driver's raw read (10 s a million) is the bound
+    assert projected_seconds(1_000_000, 10_000, table, env) == pytest.approx(10 + 60)
+    assert "1,000 MB/s" not in cluster_lines(tmp_path) and "100 MB/s" in cluster_lines(tmp_path)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 
 from lab.audit.block_trace import is_block_trace
+from lab.audit.cluster import LOCAL, ClusterError
 from lab.audit.core import audit
 from lab.audit.prompts import AuditInputError
 from lab.audit.report import terminal_summary, write_report
@@ -55,9 +57,14 @@ def parser() -> argparse.ArgumentParser:
                      help=argparse.SUPPRESS)  # the old name of --explained
     cli.add_argument("--field-sample", type=int, default=d.field_sample, metavar="N",
                      help="the first N requests searched for fields and other prefix-breakers (%(default)s)")
-    cli.add_argument("--workers", type=int, default=d.workers,
-                     help="processes that read the log (%(default)s: the tokenizer's threads use every core; more "
-                     "processes pay on machines with more cores)")
+    cli.add_argument("--workers", type=int, default=None,
+                     help=f"processes that read the log ({d.workers}: the tokenizer's threads use every core; more "
+                     "processes pay on machines with more cores); with --ray alone, the local cluster's CPUs (default: "
+                     "every core)")
+    cli.add_argument("--ray", nargs="?", const=LOCAL, default=d.ray, metavar="ADDRESS",
+                     help="read, tokenize and hash the log, and run its replays, on a Ray cluster: alone, one started "
+                     "on this machine and stopped after; with an address (e.g. auto, ray://head:10001), that "
+                     "cluster's CPUs. The numbers equal a single process's")
     cli.add_argument("--skip-bad", action="store_true", default=d.skip_bad,
                      help="skip and count bad lines instead of stopping")
     cli.add_argument("--out", help="report folder (default: runs/audit/)")
@@ -66,7 +73,9 @@ def parser() -> argparse.ArgumentParser:
 
 def settings_from(args: argparse.Namespace) -> AuditSettings:
     """The settings the parsed command line names (those it has no flag for keep their defaults)."""
-    given = vars(args)
+    given = dict(vars(args))
+    if given.get("workers") is None:
+        given["workers"] = (os.cpu_count() or 1) if given.get("ray") == LOCAL else DEFAULTS.workers
     return AuditSettings.build(**{f.name: given[f.name] for f in dataclasses.fields(AuditSettings) if f.name in given})
 
 
@@ -81,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         if is_block_trace(args.prompts):
             return _trace(args.prompts, settings, args.out)
         result = audit(args.prompts, settings)
-    except (AuditInputError, ValueError, FileNotFoundError) as error:
+    except (AuditInputError, ClusterError, ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(terminal_summary(result))

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lab.audit import cluster
 from lab.audit.prompts import AuditInputError
 from lab.audit.replay import replay_chains
 
@@ -212,12 +213,12 @@ def hit_rate(trace: BlockTrace, kv_tokens: int | None) -> float:
 
 def capacity_curve(trace: BlockTrace, capacities: list[int] | np.ndarray, progress: bool = False) -> pd.DataFrame:
     """The token hit rate at each KV capacity (tokens), and at infinite capacity (the trace's maximum).
-    `pool_tokens` is the pool replayed: larger than `kv_tokens` where that could not hold the longest request."""
-    from tqdm.auto import tqdm
-
-    rows = [{"kv_tokens": int(c), "pool_tokens": pool_blocks(trace, int(c)) * trace.block_tokens,
-             "hit_rate": hit_rate(trace, int(c))}
-            for c in tqdm(capacities, desc="capacities", disable=not progress, leave=False)]
+    `pool_tokens` is the pool replayed: larger than `kv_tokens` where that could not hold the longest request.
+    Each capacity is a Ray task on a cluster (lab.audit.cluster)."""
+    capacities = [int(c) for c in capacities]
+    rates = cluster.map_in_order(hit_rate, capacities, shared=(trace,), desc="capacities", progress=progress)
+    rows = [{"kv_tokens": c, "pool_tokens": pool_blocks(trace, c) * trace.block_tokens, "hit_rate": rate}
+            for c, rate in zip(capacities, rates)]
     maximum = hit_rate(trace, None)
     return pd.DataFrame(rows).assign(max_hit_rate=maximum, share_of_max=lambda t: t.hit_rate / maximum)
 

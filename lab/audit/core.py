@@ -27,12 +27,14 @@ Each section takes the trace and the settings (and the block size chosen) and re
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from lab.audit import cluster
 from lab.audit.breakers import Breakers, FixReplay, breakers_in
 from lab.audit.fields import Divergence, Field, breaking_fields, move_line_to_end, where_prompts_diverge
 from lab.audit.misses import Misses, attribute
@@ -74,8 +76,15 @@ class HitRates:
     cached: np.ndarray  # each request's cached tokens at the best size
 
 
+def _replay_at(trace: Trace, kv_tokens: int, block_size: int) -> np.ndarray:
+    return trace.replay(block_size, kv_tokens)
+
+
 def _hit_rates(trace: Trace, settings: AuditSettings) -> HitRates:
-    cached = {size: trace.replay(size, settings.kv_tokens, progress=settings.progress) for size in trace.blocks}
+    sizes = list(trace.blocks)
+    replays = cluster.map_in_order(_replay_at, sizes, shared=(trace, settings.kv_tokens), desc="replaying",
+                                   progress=settings.progress)  # a Ray task per block size on a cluster
+    cached = dict(zip(sizes, replays))
     rates = {size: int(c.sum()) / int(trace.lengths.sum()) for size, c in cached.items()}
     first = trace.sample.token_ids
     radix = radix_hit_rate(first, settings.kv_tokens)
@@ -225,6 +234,12 @@ def audit(path: str | Path, settings: AuditSettings | None = None, **overrides) 
     AuditSettings()), with `overrides` in place of its fields: `audit(path, replicas=8)` is
     `audit(path, AuditSettings(replicas=8))`. Only `confirm` above 0 starts an engine."""
     settings = AuditSettings.build(settings, **overrides)
+    on_ray = cluster.connected(settings.ray, settings.workers) if settings.ray else nullcontext(settings.workers)
+    with on_ray as width:
+        return _audit(path, settings, reading_workers=width)
+
+
+def _audit(path: str | Path, settings: AuditSettings, reading_workers: int) -> AuditResult:
     lap = Laps()
     tokenizer = load_tokenizer(settings.model)
     trace = _read(path, settings, tokenizer)
@@ -257,5 +272,5 @@ def audit(path: str | Path, settings: AuditSettings | None = None, **overrides) 
         fields=sharing.fields, field_sample=len(sharing.texts), projection=projections.projection,
         after_moving_fields=projections.after_moving_fields, cost_model_run=projections.cost_model_run,
         cost_model_fitted_on=projections.cost_model_fitted_on, confirmation=projections.confirmation,
-        fleet=fleet.advice, tenant_salt=salt, seconds=lap.seconds, reading_workers=settings.workers,
+        fleet=fleet.advice, tenant_salt=salt, seconds=lap.seconds, reading_workers=reading_workers,
         breakers=breakers)

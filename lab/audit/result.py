@@ -52,7 +52,7 @@ class AuditResult:
     tenant_salt: SaltCost | None
     seconds: dict[str, float]
     replay: str = "one request at a time, in arrival order, least recently used evicted first"
-    reading_workers: int = 1  # processes that parsed, tokenized and hashed the log
+    reading_workers: int = 1  # processes (or Ray actors) that parsed, tokenized and hashed the log
     breakers: Breakers | None = None  # the prefix-breakers found, their fixes replayed and ranked by measured gain
 
     def to_json(self) -> dict:

@@ -65,6 +65,7 @@ class PeakMemory:
 
     def __init__(self, interval: float = 0.2) -> None:
         self.interval, self.peak_bytes, self.processes = interval, 0, 1
+        self.largest_child_bytes = 0  # the most one child process held at once (a reading process, a Ray worker)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -87,9 +88,12 @@ class PeakMemory:
             total = 0
             for process in processes:
                 try:
-                    total += process.memory_full_info().pss
+                    pss = process.memory_full_info().pss
                 except psutil.Error:  # it ended between the listing and the reading
-                    pass
+                    continue
+                total += pss
+                if process is not me:
+                    self.largest_child_bytes = max(self.largest_child_bytes, pss)
             self.peak_bytes = max(self.peak_bytes, total)
             self.processes = max(self.processes, len(processes))
 

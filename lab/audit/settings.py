@@ -49,7 +49,8 @@ class AuditSettings:
     output_tokens: int = 8  # the answer length the projection assumes
     explained: int = 5_000  # the first requests (arrival order) whose misses are explained and routed on a fleet
     field_sample: int = 2_000  # the first requests searched for fields and other prefix-breakers, fixes replayed on
-    workers: int = 1  # processes that read the log
+    workers: int = 1  # processes that read the log (with `ray` "local": the local cluster's CPUs)
+    ray: str | None = None  # None: this machine alone; "local": a Ray cluster started here; else a cluster's address
     skip_bad: bool = False  # skip and count bad lines instead of stopping at the first
     progress: bool = True  # progress bars
 
@@ -62,6 +63,9 @@ class AuditSettings:
         for name in ("skip_bad", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise SettingsError(name, f"{name}={getattr(self, name)!r} must be True or False")
+        if self.ray is not None and (not isinstance(self.ray, str) or not self.ray.strip()):
+            raise SettingsError("ray", f"ray={self.ray!r} must be \"local\" (a cluster on this machine) or a Ray "
+                                "cluster's address, e.g. \"auto\" or \"ray://head:10001\"")
         if self.model is not None and not isinstance(self.model, str | os.PathLike):
             raise SettingsError("model", f"model={self.model!r} must be a local model directory (a path), or None "
                                 "for the lab's model")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lab.audit import cluster
 from lab.audit.block_arrays import NO_SALT, BlockArrays, content_hashes, flatten, salt_seeds
 from lab.audit.piece_tokens import TokenEncoder
 from lab.audit.prompts import (
@@ -220,9 +221,13 @@ def _read_in_process(records: list, keep_before: tuple[bool, float, int] | None)
 
 def _chunks(path: Path, reader: _Reader, workers: int, keep_before) -> Iterator[_Chunk]:
     """Every chunk of the log read, in file order: by `reader` in this process, or spread over `workers` processes
-    (each with its own copy of `reader`, so its own piece memo) with a few chunks in flight."""
+    or a Ray cluster's actors (lab.audit.cluster), each with its own copy of `reader`, so its own piece memo, with
+    a few chunks in flight."""
     records = raw_records(path)
     batches = iter(lambda: list(itertools.islice(records, CHUNK)), [])
+    if cluster.active():
+        yield from cluster.ordered_reads(reader, batches, keep_before)
+        return
     if workers == 1:
         for batch in batches:
             yield reader.read(batch, keep_before())

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lab.audit import cluster
 from lab.audit.block_trace import BlockTrace, cached_tokens, capacity_curve, first_requests, read_block_trace
 from lab.audit.settings import AuditSettings
 from lab.audit.trace_fleet import fleet_table
@@ -68,7 +69,7 @@ def windows(trace: BlockTrace, cached: np.ndarray, count: int = WINDOWS) -> pd.D
 
 
 # the settings a block-hash trace is audited with; the others need the prompts' text or tokens
-TRACE_SETTINGS = ("kv_tokens", "replicas", "progress")
+TRACE_SETTINGS = ("kv_tokens", "replicas", "progress", "ray", "workers")
 
 
 def ignored_settings(settings: AuditSettings) -> list[str]:
@@ -81,6 +82,13 @@ def ignored_settings(settings: AuditSettings) -> list[str]:
 def audit_trace(path: str | Path, settings: AuditSettings | None = None) -> TraceAudit:
     """Audit a block-hash trace at `settings.kv_tokens` (per node) and `settings.replicas` nodes."""
     settings = settings or AuditSettings()
+    if settings.ray:
+        with cluster.connected(settings.ray, settings.workers):
+            return _audit_trace(path, settings)
+    return _audit_trace(path, settings)
+
+
+def _audit_trace(path: str | Path, settings: AuditSettings) -> TraceAudit:
     trace = read_block_trace(path)
     cached = cached_tokens(trace, settings.kv_tokens)
     head = first_requests(trace, CURVE_REQUESTS)

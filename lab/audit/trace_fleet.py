@@ -18,6 +18,7 @@ import random
 import numpy as np
 import pandas as pd
 
+from lab.audit import cluster
 from lab.audit.block_trace import BlockTrace
 from lab.core.block_hash import token_hit_rate
 from lab.core.chain_pool import ChainPool
@@ -63,12 +64,17 @@ def route(trace: BlockTrace, nodes: int, kv_tokens_per_node: int, policy: str, s
     return pd.DataFrame(rows, columns=["node", "cached_tokens"])
 
 
+def _routed(trace: BlockTrace, nodes: int, kv_tokens_per_node: int, seed: int, policy: str) -> pd.DataFrame:
+    return route(trace, nodes, kv_tokens_per_node, policy, seed)
+
+
 def fleet_table(trace: BlockTrace, nodes: int, kv_tokens_per_node: int, policies=ROUTING, seed: int = 0) -> pd.DataFrame:
     """Each routing policy over `nodes` local pools, and one pooled cache of all their tokens: the token hit rate,
-    the prefill tokens computed, and the busiest node's share of that work against an even share."""
+    the prefill tokens computed, and the busiest node's share of that work against an even share. Each policy is
+    a Ray task on a cluster (lab.audit.cluster)."""
     rows = []
-    for policy in policies:
-        routed = route(trace, nodes, kv_tokens_per_node, policy, seed)
+    routes = cluster.map_in_order(_routed, policies, shared=(trace, nodes, kv_tokens_per_node, seed))
+    for policy, routed in zip(policies, routes):
         computed = (trace.input_tokens - routed.cached_tokens.to_numpy())
         per_node = pd.Series(computed).groupby(routed.node).sum().reindex(range(nodes), fill_value=0)
         rows.append({"setup": f"{nodes} local caches, {policy}", "hit_rate": token_hit_rate(routed.cached_tokens, trace.input_tokens),

@@ -29,6 +29,15 @@ def _benchmark_summary(name: str, table: pd.DataFrame, env: dict) -> str:
                 f"{speed.share_of_probe_rate.median():.0%} of a bare probe loop's rate; a {int(curve.points)}-point "
                 f"capacity curve of {int(curve.requests):,} requests on the cores: {curve.seconds:.0f} s, peak "
                 f"{curve.peak_gb:.2f} GB (at most 60 s and 2 GB: {'met' if curve.met else 'not met'})")
+    if name.startswith("bench_ray"):
+        one, two = table.iloc[0], table.iloc[-1]
+        gain, worker_gb = one.seconds / two.seconds, table.largest_child_gb.max()
+        met = gain >= env["targets"]["speed-up"] and worker_gb <= env["targets"]["worker_gb"]
+        return (f"{env['prompts']:,} prompts, the whole audit on local Ray clusters: {int(one.workers)} worker "
+                f"{one.seconds:.0f} s, {int(two.workers)} workers {two.seconds:.0f} s (x{gain:.2f}; reading and "
+                f"tokenizing x{one['read and tokenize (s)'] / two['read and tokenize (s)']:.2f}), reports "
+                f"{'equal' if env['reports_equal'] else 'DIFFERENT'}, at most {worker_gb:.2f} GB in one worker "
+                f"(at least x1.7 and at most 2 GB: {'met' if met else 'not met'})")
     if name.startswith("bench_sim"):
         router = ["random", "round_robin", "power_of_two", "consistent_hash", "cache_aware"]
         parts = []
@@ -72,3 +81,33 @@ def benchmark_rows(canonical_dir: Path) -> pd.DataFrame:
                      "lab commit": f"`{env['code']}`" if env.get("code") else "not recorded (before commits were)",
                      "measured": _benchmark_summary(meta["name"], table, env)})
     return pd.DataFrame(rows)
+
+
+PROJECTED = ((10_000_000, 16), (100_000_000, 64))  # prompts, workers: the README's projection
+
+
+def projected_seconds(prompts: int, workers: int, table: pd.DataFrame, env: dict) -> float:
+    """The whole audit of `prompts` on `workers` workers, projected from one bench_ray run (not measured): the
+    reading at one worker's measured rate, divided over the workers at the efficiency measured with two, and no
+    faster than the driver reads raw lines; the other stages at the rate measured with two workers, as if they grew
+    with the log (most grow less)."""
+    one, two = table.iloc[0], table.iloc[-1]
+    read_one, read_two = one["read and tokenize (s)"], two["read and tokenize (s)"]
+    efficiency = min(1.0, read_one / read_two / two.workers)
+    reading = max(read_one / (workers * efficiency), env["driver_read_s"])
+    return prompts / env["prompts"] * (reading + two.seconds - read_two)
+
+
+def cluster_lines(canonical_dir: Path) -> str:
+    """The README's measured scaling of the audit on Ray and its projection, from the canonical bench_ray run."""
+    runs = sorted(canonical_dir.glob("bench_ray-*.json"))
+    if not runs:
+        return "Not measured yet: `python -m lab.audit.ray_bench`."
+    meta = json.loads(runs[-1].read_text())
+    env, table = meta["environment"], pd.read_csv(runs[-1].with_suffix(".csv"))
+    guesses = ", ".join(f"{n:,} prompts on {w} workers about {projected_seconds(n, w, table, env) / 60:.0f} min"
+                        for n, w in PROJECTED)
+    return (f"Measured (`{meta['run_id']}`, {env['device']}): {_benchmark_summary(meta['name'], table, env)}. "
+            f"Projected from those rates, not measured: {guesses} (the driver reads the raw log at "
+            f"{env['log_bytes'] / env['driver_read_s'] / 1e6:.0f} MB/s, which bounds the reading however many "
+            f"workers there are).")

@@ -26,7 +26,7 @@ from lab.experiments import article
 from lab.experiments.block_sizes import recommend_block_size
 from lab.experiments.gains import amdahl_bound
 from lab.experiments.results import CANONICAL_DIR, hardware_line, load_latest, write_atomically
-from lab.tools.benchmark_report import benchmark_rows
+from lab.tools.benchmark_report import benchmark_rows, cluster_lines
 from lab.tools.report_contexts import (
     audit_context,
     capacity_context,
@@ -49,6 +49,7 @@ TESTING = PROJECT_ROOT / "docs" / "TESTING.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"  # docs/RESULTS.md
 HEADLINE = ("<!-- headline:start -->", "<!-- headline:end -->")  # README.md: the one headline figure
 SUMMARY = ("<!-- summary:start -->", "<!-- summary:end -->")  # README.md: the headline results, a few lines
+CLUSTER = ("<!-- cluster:start -->", "<!-- cluster:end -->")  # README.md: the audit on Ray, measured and projected
 NOTEBOOKS = ("<!-- notebooks:start -->", "<!-- notebooks:end -->")  # docs/RESULTS.md: the course's notebooks
 BENCHMARKS = ("<!-- benchmarks:start -->", "<!-- benchmarks:end -->")  # docs/TESTING.md: the canonical benchmarks
 WORKSHOP = PROJECT_ROOT / "WORKSHOP.md"
@@ -235,6 +236,7 @@ def update_reports() -> None:
     context = results_context()
     readme = between(README.read_text(), HEADLINE, render("headline.md.j2", context), README.name)
     readme = between(readme, SUMMARY, render("summary.md.j2", context), README.name)
+    readme = between(readme, CLUSTER, cluster_lines(CANONICAL_DIR), README.name)
     results = between(RESULTS.read_text(), (START, END), render("results.md.j2", context), "docs/RESULTS.md")
     results = between(results, NOTEBOOKS, notebooks_section(), "docs/RESULTS.md")
     testing = between(TESTING.read_text(), BENCHMARKS, benchmarks_section(), "docs/TESTING.md")
