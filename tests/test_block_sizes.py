@@ -43,8 +43,9 @@ def test_a_run_far_from_its_workloads_median_is_flagged():
     assert ttft_outliers(runs[runs.mean_ttft_ms < 20]).empty
 
 
-def test_the_tolerance_rule_averages_the_repeats_first():
-    assert recommend_block_size(sweep({32: [10.0, 10.0], 64: [10.0, 11.2], 128: [12.0, 12.0]}, RATES)).to_dict() == {"w": 32}
+def test_the_one_recommendation_is_the_verdicts_size():
+    runs = sweep({32: [10.0, 10.1], 64: [10.0, 11.2], 128: [12.0, 12.5]}, RATES)
+    assert recommend_block_size(runs).to_dict() == {"w": 64} == ttft_verdicts(runs).recommended.to_dict()
 
 
 def test_a_size_the_run_shows_slower_is_never_recommended():

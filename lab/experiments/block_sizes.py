@@ -4,6 +4,7 @@ The sweep is a row per workload, block size and repeat (`mean_ttft_ms`: that rep
 compares sizes is printed from its repeats' spread (lab.experiments.verdict), never typed ahead of the run:
 
     verdicts = ttft_verdicts(engine_sweep)   # per workload: the ranking, the hit-rate order, the size to use
+    recommend_block_size(engine_sweep)       # that size alone: the one answer every other place renders
     ttft_outliers(engine_sweep)              # the runs more than twice, or under half, their workload's median
 """
 
@@ -15,18 +16,6 @@ from itertools import combinations
 import pandas as pd
 
 from lab.experiments.verdict import Spread, outliers, rank, spreads
-
-
-def recommend_block_size(engine_sweep: pd.DataFrame, tolerance: float = 0.05) -> pd.Series:
-    """Per workload: the block size with the lowest mean TTFT in the real engine (over its repeats, where the
-    sweep holds several). Sizes within `tolerance` of the lowest count as ties, and the largest of them wins
-    (fewer blocks to track for the same latency)."""
-    means = engine_sweep.groupby(["workload", "block_size"], sort=False, as_index=False).mean_ttft_ms.mean()
-
-    def fastest(rows: pd.DataFrame) -> int:
-        return int(rows[rows.mean_ttft_ms <= (1 + tolerance) * rows.mean_ttft_ms.min()].block_size.max())
-
-    return means.groupby("workload").apply(fastest, include_groups=False).rename("recommended block size")
 
 
 def ttft_spreads(engine_sweep: pd.DataFrame, workload: str) -> list[Spread]:
@@ -83,6 +72,12 @@ def ttft_verdicts(engine_sweep: pd.DataFrame) -> pd.DataFrame:
                                                                 unit="ms", digits=2)),
                      "hit_rate_order": follows_hit_rate(ttft, rate.to_dict()), "recommended": size, "why": why})
     return pd.DataFrame(rows).astype({"recommended": "Int64"}).set_index("workload")
+
+
+def recommend_block_size(engine_sweep: pd.DataFrame) -> pd.Series:
+    """Per workload, the block size to use as far as the sweep's repeats tell (`recommend_from_spread`; <NA>: it
+    cannot tell): lesson 04's answer, the one README, RESULTS and lesson 19 render."""
+    return ttft_verdicts(engine_sweep).recommended.rename("block size to use")
 
 
 def ttft_outliers(engine_sweep: pd.DataFrame, factor: float = 2.0) -> pd.DataFrame:

@@ -161,7 +161,8 @@ def results_context() -> dict:
             **dict(zip(("gain_verdict", "gain_verdict_run"), gain_verdict())),
             "article_gain": 1 + article.change_percent("requests_per_s") / 100,
             "online": online_context(online, online_meta["environment"], offline),
-            "sweep_run_id": sweep_meta["run_id"], "block_sizes": recommend_block_size(sweep).to_dict(),
+            "sweep_run_id": sweep_meta["run_id"], "block_sizes": {w: None if pd.isna(size) else int(size)
+                                                                      for w, size in recommend_block_size(sweep).items()},
             "audit": audit_context(), **parts,
             "claims": claims_context(), "headline": headline_context(offline, online),
             "figures": [(alt, f"{FIGURES_FROM_RESULTS}/{name}.png") for alt, name in figures]}
