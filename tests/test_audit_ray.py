@@ -83,3 +83,13 @@ def test_ray_settings_from_the_command_line():
     assert settings_from(parser().parse_args(["log.jsonl"])).workers == 1
     with pytest.raises(SettingsError, match="ray=''"):
         AuditSettings(ray="")
+
+
+def test_the_ray_benchmark_runs_small_and_finds_the_reports_equal(two_cpus):
+    from lab.audit import ray_bench
+    from lab.experiments.results import load_latest
+
+    assert ray_bench.run(300, [2]) == 0  # 0: the report on Ray equals the one in one process
+    table, meta = load_latest("bench_ray-300")
+    assert table.setup.tolist() == ["one process, no Ray", "Ray, 2 worker(s)"] and meta["environment"]["reports_equal"]
+    assert meta["environment"]["driver_read_s"] > 0 and (table.seconds > 0).all()

@@ -4,9 +4,10 @@
 
 The log is the scale benchmark's (lab.audit.scale_bench: customer-service prompts of about 1,000 tokens, gzipped
 JSONL), written once per size under runs/audit/. For each worker count the whole audit runs on a fresh local cluster
-of that many CPUs (`AuditSettings(ray="local", workers=W)`), its stages timed; the reports must be equal but for
-their timings. Memory: the driver's peak resident size and the largest any one child process (a Ray worker, the
-raylet) held, sampled. Target: two workers at least 1.7x faster than one, at most 2 GB per worker. Saved as
+of that many CPUs (`AuditSettings(ray="local", workers=W)`), its stages timed, after the same audit in one process
+without Ray (the default: its tokenizer's threads on every core); the reports must be equal but for their timings.
+Memory: the driver's peak resident size and the largest any one child process (a Ray worker, the raylet) held,
+sampled. Target: two workers at least 1.7x faster than one, at most 2 GB per worker. Saved as
 data/results/bench_ray-N, with the machine and the lab's commit.
 """
 
@@ -42,12 +43,14 @@ def log_of(prompts: int):
     return log
 
 
-def one_run(log, workers: int) -> tuple[dict, dict]:
-    """The audit on a local cluster of `workers` CPUs: its row (seconds per stage, memory) and its report."""
+def one_run(log, workers: int, on_ray: bool = True) -> tuple[dict, dict]:
+    """The audit on a local cluster of `workers` CPUs (or, not `on_ray`, in this process alone, its tokenizer's
+    threads on every core): its row (seconds per stage, memory) and its report."""
     start = time.perf_counter()
     with PeakMemory(interval=0.5) as memory:
-        result = audit(log, AuditSettings(ray="local", workers=workers))
-    row = {"workers": workers, "seconds": round(time.perf_counter() - start, 1),
+        result = audit(log, AuditSettings(ray="local" if on_ray else None, workers=workers))
+    row = {"setup": f"Ray, {workers} worker(s)" if on_ray else "one process, no Ray", "workers": workers,
+           "seconds": round(time.perf_counter() - start, 1),
            **{f"{stage} (s)": s for stage, s in result.seconds.items()},
            "driver_peak_gb": round(peak_rss_gib() * 2 ** 30 / 1e9, 3),
            "largest_child_gb": round(memory.largest_child_bytes / 1e9, 3)}
@@ -65,20 +68,22 @@ def driver_read_s(log) -> float:
     return time.perf_counter() - start
 
 
-def run(prompts: int, worker_counts: list[int]) -> int:
+def run(prompts: int, worker_counts: list[int], baseline: bool = True) -> int:
+    """The audit of `prompts` on each local cluster of `worker_counts` CPUs, after the same audit in one process
+    without Ray (`baseline`)."""
     log = log_of(prompts)
     raw_s = driver_read_s(log)
     rows, reports = [], []
-    for workers in worker_counts:
-        row, report = one_run(log, workers)
+    for workers, on_ray in [(1, False)] * baseline + [(w, True) for w in worker_counts]:
+        row, report = one_run(log, workers, on_ray)
         rows.append(row)
         reports.append(report)
-        print(f"{workers} worker(s): {row['seconds']} s", flush=True)
+        print(f"{row['setup']}: {row['seconds']} s", flush=True)
     table = pd.DataFrame(rows)
-    table["speed-up"] = table.seconds.iloc[0] / table.seconds
+    table["speed-up"] = table.seconds.iloc[int(baseline)] / table.seconds  # against one Ray worker
     equal = all(r == reports[0] for r in reports)
     env = environment(benchmark="ray", prompts=prompts, log=log.name, reports_equal=equal, targets=TARGETS,
-                      driver_read_s=round(raw_s, 1), log_bytes=log.stat().st_size)
+                      driver_read_s=round(raw_s, 3), log_bytes=log.stat().st_size)
     save_benchmark(table, f"bench_ray-{prompts}", env)
     print(f"reports equal but for their timings: {equal}")
     return 0 if equal else 1
@@ -88,10 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.audit.ray_bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=1_000_000)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="the clusters' CPUs, in turn")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the run in one process without Ray")
     args = parser.parse_args(argv)
     if args.prompts < 1 or min(args.workers) < 1:
         parser.error("--prompts and --workers must be positive, e.g. --prompts 100000 --workers 1 2")
-    return run(args.prompts, args.workers)
+    return run(args.prompts, args.workers, baseline=not args.no_baseline)
 
 
 if __name__ == "__main__":
