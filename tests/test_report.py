@@ -12,7 +12,8 @@ import pytest
 import lab.tools.readme_report
 from lab.core.model import ensure_model
 from lab.experiments import article
-from lab.experiments.block_sizes import recommend_block_size
+from lab.experiments.block_sizes import block_size_findings, recommend_block_size
+from lab.experiments.findings import save_findings
 from lab.experiments.capacity import CapacityColumns, capacity_frame, capacity_row
 from lab.experiments.results import CANONICAL_DIR, environment, save_results
 from lab.tools.readme_report import (
@@ -62,9 +63,9 @@ def results(tmp_path, monkeypatch):
                           "change_%": [-50.0, 50.0, float("nan")]})
     save_results(table, "05_cache_on_vs_off-offline", env)
     save_results(table, "05_cache_on_vs_off-online", env)
-    save_results(pd.DataFrame({"workload": ["a"] * 4, "block_size": [32, 64] * 2, "vllm_hit_rate": [0.5, 0.49] * 2,
-                               "mean_ttft_ms": [10.0, 10.2, 10.3, 10.1]}),
-                 "04_block_size_sweep-vllm", env)
+    sweep = pd.DataFrame({"workload": ["a"] * 4, "block_size": [32, 64] * 2, "vllm_hit_rate": [0.5, 0.49] * 2,
+                          "mean_ttft_ms": [10.0, 10.2, 10.3, 10.1]})
+    save_findings(block_size_findings(sweep), "04_block_size_sweep", env)
 
 
 def test_the_offline_table_shows_ours_beside_the_articles(results):

@@ -4,7 +4,7 @@ The sweep is a row per workload, block size and repeat (`mean_ttft_ms`: that rep
 compares sizes is printed from its repeats' spread (lab.experiments.verdict), never typed ahead of the run:
 
     verdicts = ttft_verdicts(engine_sweep)   # per workload: the ranking, the hit-rate order, the size to use
-    recommend_block_size(engine_sweep)       # that size alone: the one answer every other place renders
+    block_size_findings(engine_sweep)        # that size as a finding: saved with the run, rendered elsewhere by id
     ttft_outliers(engine_sweep)              # the runs more than twice, or under half, their workload's median
 """
 
@@ -15,6 +15,7 @@ from itertools import combinations
 
 import pandas as pd
 
+from lab.experiments.findings import CANNOT_TELL, HOLDS, Finding
 from lab.experiments.verdict import Spread, outliers, rank, spreads
 
 
@@ -76,8 +77,22 @@ def ttft_verdicts(engine_sweep: pd.DataFrame) -> pd.DataFrame:
 
 def recommend_block_size(engine_sweep: pd.DataFrame) -> pd.Series:
     """Per workload, the block size to use as far as the sweep's repeats tell (`recommend_from_spread`; <NA>: it
-    cannot tell): lesson 04's answer, the one README, RESULTS and lesson 19 render."""
+    cannot tell): lesson 04's answer, which it saves as findings (`block_size_findings`) for other pages."""
     return ttft_verdicts(engine_sweep).recommended.rename("block size to use")
+
+
+def block_size_findings(engine_sweep: pd.DataFrame) -> list[Finding]:
+    """Per workload, the block size to use as a finding (id `block_size.<workload>`, value the size): it holds
+    where the repeats name a size, and cannot tell where they do not (one run of some size)."""
+    found = []
+    for workload, verdict in ttft_verdicts(engine_sweep).iterrows():
+        size = None if pd.isna(verdict.recommended) else int(verdict.recommended)
+        found.append(Finding(f"block_size.{workload}", f"Which block size should {workload} use on this back-end?",
+                             CANNOT_TELL if size is None else HOLDS,
+                             f"{workload}: {verdict.why}" if size is None else
+                             f"{workload}: use block size {size}. Why: {verdict.why}",
+                             f"{verdict.ranking}; hit rate: {verdict.hit_rate_order}", size))
+    return found
 
 
 def ttft_outliers(engine_sweep: pd.DataFrame, factor: float = 2.0) -> pd.DataFrame:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from lab import PROJECT_ROOT
 from lab.experiments.plots import COMMITTED_FIGURES_DIR, figures_dir
 from lab.experiments.provenance import png_text
 from lab.experiments.results import CANONICAL_DIR, promote, results_dir
+from lab.tools.open_exercises import open_exercises
 from lab.tools.runner import NOTEBOOKS_DIR, RUNS_DIR
 from lab.tools.stale import BANNER_ID, LESSONS_DIR, lesson_cells, mark
 
@@ -71,6 +73,10 @@ def readable_output(output: dict) -> dict | None:
     return output if data else None
 
 
+EXERCISE_NOTE = ("The exercises at the end show each question and its starter code; `make lab` gives you a copy whose "
+                 "checks grade your answer, `make workshop` the solutions.")
+
+
 def banner(nb, name: str) -> nbformat.NotebookNode:
     """The reader's edition's first cell: which run this is, and how a learner's own run differs."""
     from lab.serving.backend import hardware
@@ -81,20 +87,22 @@ def banner(nb, name: str) -> nbformat.NotebookNode:
         f"`{meta.get('profile', 'full')}` profile of `notebooks/profiles.yaml`, on {machine['device']} with "
         f"{machine['vllm']}. Every number below was printed by that run. Your own run (`make lab`) starts from the "
         "quick profile's smaller parameters, so its numbers differ, and the verdicts it prints follow its own numbers. "
-        "The exercises are left out here: `make lab` gives you them, `make workshop` their solutions.")
+        + EXERCISE_NOTE)
     cell["id"] = BANNER_ID
     return cell
 
 
 def readable_lesson(executed: Path, target: Path) -> Path:
-    """The executed notebook as a reader's edition: the banner, the lesson's cells with readable outputs, and
-    neither the exercises nor their grading scaffolding."""
+    """The executed notebook as a reader's edition: the banner, the lesson's cells with readable outputs, and the
+    exercises' questions and starter code without their solutions or checks (lab.tools.open_exercises)."""
     nb = nbformat.read(executed, as_version=4)
     nb.metadata.pop("widgets", None)
+    exercises = open_exercises(nb)
     nb.cells = [banner(nb, executed.stem), *lesson_cells(nb)]
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = [out for out in (readable_output(o) for o in cell.outputs) if out is not None]
+    nb.cells += exercises
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, target)
     return target
@@ -158,12 +166,29 @@ def main(argv: list[str] | None = None) -> int:
     return refresh_all_prose()
 
 
+def refresh_exercises(lesson: Path, source: Path) -> bool:
+    """Show `source`'s exercises at the end of the executed `lesson`, as a reader's edition shows them (the
+    exercises are not part of what ran: they never make a copy stale); whether anything changed."""
+    executed = nbformat.read(lesson, as_version=4)
+    wanted = open_exercises(nbformat.read(source, as_version=4))
+    first = executed.cells[0]
+    note = re.sub(r"The exercises .*$", EXERCISE_NOTE, first.source) if first.get("id") == BANNER_ID else first.source
+    if [c.source for c in executed.cells[len(lesson_cells(executed)):]] == [c.source for c in wanted] \
+            and note == first.source:
+        return False
+    first.source = note
+    executed.cells = lesson_cells(executed) + wanted
+    nbformat.write(executed, lesson)
+    return True
+
+
 def refresh_all_prose() -> int:
     """Bring each executed lesson's prose up to its source where its code is current; where the code changed, the
     copy keeps the prose it ran with and opens with a notice of what changed since (lab.tools.stale)."""
     stale = []
     for lesson in sorted(LESSONS_DIR.glob("*.ipynb")):
         source = NOTEBOOKS_DIR / lesson.name
+        refresh_exercises(lesson, source)
         changed = refresh_prose(lesson, source)
         if changed is None:
             stale.append(lesson.stem)

@@ -23,7 +23,6 @@ import pandas as pd
 from lab import PROJECT_ROOT
 from lab.core.model import MODELS_DIR, describe_model
 from lab.experiments import article
-from lab.experiments.block_sizes import recommend_block_size
 from lab.experiments.gains import amdahl_bound
 from lab.experiments.results import CANONICAL_DIR, hardware_line, load_latest, write_atomically
 from lab.tools.benchmark_report import benchmark_rows, cluster_lines
@@ -145,7 +144,8 @@ def results_context() -> dict:
     model = Path(meta["environment"]["model"])  # a run in another clone: the same model built here describes it
     model = model if model.exists() else MODELS_DIR / model.name
     online, online_meta = load_latest("05_cache_on_vs_off-online")
-    sweep, sweep_meta = load_latest("04_block_size_sweep-vllm")
+    sizes, sweep_meta = load_latest("04_block_size_sweep-findings")  # 04's findings: its block size, one answer
+    sizes = sizes[sizes.id.str.startswith("block_size.")]
     env, rows = meta["environment"], offline.set_index("metric")
     hit_rate = rows.loc["hit_rate", "cache on"]
     parts = {"capacity": capacity_context(), "routing": routing_context(), "why": why_context(), "size": size_context(),
@@ -161,8 +161,8 @@ def results_context() -> dict:
             **dict(zip(("gain_verdict", "gain_verdict_run"), gain_verdict())),
             "article_gain": 1 + article.change_percent("requests_per_s") / 100,
             "online": online_context(online, online_meta["environment"], offline),
-            "sweep_run_id": sweep_meta["run_id"], "block_sizes": {w: None if pd.isna(size) else int(size)
-                                                                      for w, size in recommend_block_size(sweep).items()},
+            "sweep_run_id": sweep_meta["run_id"], "block_sizes": {i.removeprefix("block_size."): None if pd.isna(v) else int(v)
+                                                                      for i, v in zip(sizes.id, sizes.value)},
             "audit": audit_context(), **parts,
             "claims": claims_context(), "headline": headline_context(offline, online),
             "figures": [(alt, f"{FIGURES_FROM_RESULTS}/{name}.png") for alt, name in figures]}
