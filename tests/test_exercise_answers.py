@@ -3,7 +3,6 @@ fails at least one of the exercise's own checks (with its hint), and the solutio
 as the handed-out notebook runs them: after the exercises' own set-up cells, nothing from the lesson above."""
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -13,8 +13,8 @@ import lab.tools.readme_report
 from lab.core.model import ensure_model
 from lab.experiments import article
 from lab.experiments.block_sizes import block_size_findings, recommend_block_size
-from lab.experiments.findings import save_findings
 from lab.experiments.capacity import CapacityColumns, capacity_frame, capacity_row
+from lab.experiments.findings import save_findings
 from lab.experiments.results import CANONICAL_DIR, environment, save_results
 from lab.tools.readme_report import (
     HEADLINE,
