@@ -36,7 +36,6 @@ from lab.audit.prompts import (
     raw_records,
     tokenize_batch,
 )
-from lab.audit.replay import replay_chains
 from lab.checks import positive_int
 from lab.core.block_hash import kv_blocks
 
@@ -61,7 +60,7 @@ class Trace:
     def requests(self) -> int:
         return len(self.lengths)
 
-    def chains(self, block_size: int, salts: Sequence[str | None] | None = None) -> Iterator[list[int]]:
+    def chains(self, block_size: int, salts: Sequence[str | None] | None = None) -> Iterator[np.ndarray]:
         """Each request's chain of block hashes, in replay order; `salts` (replay order): another salt per request
         than the log's own. A chunk's chains are computed when its first request comes, and dropped after its
         last, so a log in about arrival order holds only a few chunks' chains at a time."""
@@ -76,19 +75,28 @@ class Trace:
         for position, (i, k) in enumerate(zip(self.order.tolist(), chunk_of[self.order].tolist())):
             if k not in held:
                 held[k] = arrays.chunk_chain(k, seeds[first[k]:first[k] + len(arrays.counts[k])])
-            yield held[k][starts[i]:starts[i] + counts[i]].tolist()
+            yield held[k][starts[i]:starts[i] + counts[i]]
             if last_use[k] == position:
                 del held[k]
 
     def replay(self, block_size: int, kv_tokens: int, salts: Sequence[str | None] | None = None,
                progress: bool = False) -> np.ndarray:
         """Each request's cached tokens when the log is served one request at a time, in arrival order, by one
-        engine holding `kv_tokens` tokens (lab.audit.replay.replay_chains: vLLM V1's block pool)."""
+        engine holding `kv_tokens` tokens (lab.audit.fast_replay: vLLM V1's block pool, compiled). The chains are
+        laid end to end in one array of 64-bit hashes, 8 bytes a block, a chunk's chains computed at a time."""
         from tqdm.auto import tqdm
 
-        chains = tqdm(self.chains(block_size, salts), total=self.requests, desc=f"replaying blocks of {block_size}",
+        from lab.audit.fast_replay import replay_flat
+
+        counts = self._arrays(block_size).layout()[2][self.order]  # blocks per request, replay order
+        offsets = np.zeros(self.requests + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        hashes = np.empty(int(offsets[-1]), np.uint64)
+        chains = tqdm(self.chains(block_size, salts), total=self.requests, desc=f"hashing chains of {block_size}",
                       unit="requests", disable=not progress, leave=False)
-        return replay_chains(chains, self.lengths.tolist(), block_size, kv_blocks(kv_tokens, block_size))
+        for start, end, chain in zip(offsets[:-1].tolist(), offsets[1:].tolist(), chains):
+            hashes[start:end] = chain
+        return replay_flat(hashes.view(np.int64), offsets, self.lengths, block_size, kv_blocks(kv_tokens, block_size))
 
     def block_hash_sets(self, block_size: int, window: np.ndarray) -> dict[int, int]:
         """For each window (`window[i]`: request i's, replay order), how many distinct blocks its requests hold
