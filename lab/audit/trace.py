@@ -1,6 +1,5 @@
 """A log of any size, read once: each request's length, arrival, tenant and salt, its blocks as 64-bit hash arrays
-for every block size (lab.audit.block_arrays), and the token ids of only the first `sample` requests, which the
-audit's explanations read. Memory grows by about 8 bytes per full block per block size, not per token.
+per block size (lab.audit.block_arrays), the token ids of only the first `sample` requests: about 8 bytes a block.
 
     trace = read_trace("requests.jsonl.gz", tokenizer, block_sizes=(32, 64, 128), sample=5_000)
     cached = trace.replay(block_size=32, kv_tokens=100_000)   # each request's cached tokens, in arrival order
@@ -82,19 +81,16 @@ class Trace:
     def replay(self, block_size: int, kv_tokens: int, salts: Sequence[str | None] | None = None,
                progress: bool = False) -> np.ndarray:
         """Each request's cached tokens when the log is served one request at a time, in arrival order, by one
-        engine holding `kv_tokens` tokens (lab.audit.fast_replay: vLLM V1's block pool, compiled). The chains are
-        laid end to end in one array of 64-bit hashes, 8 bytes a block, a chunk's chains computed at a time."""
+        engine of `kv_tokens` tokens (lab.audit.fast_replay, compiled), the chains laid end to end as uint64."""
         from tqdm.auto import tqdm
 
         from lab.audit.fast_replay import replay_flat
 
         counts = self._arrays(block_size).layout()[2][self.order]  # blocks per request, replay order
-        offsets = np.zeros(self.requests + 1, np.int64)
-        np.cumsum(counts, out=offsets[1:])
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         hashes = np.empty(int(offsets[-1]), np.uint64)
-        chains = tqdm(self.chains(block_size, salts), total=self.requests, desc=f"hashing chains of {block_size}",
-                      unit="requests", disable=not progress, leave=False)
-        for start, end, chain in zip(offsets[:-1].tolist(), offsets[1:].tolist(), chains):
+        for start, end, chain in zip(offsets[:-1].tolist(), offsets[1:].tolist(), tqdm(
+                self.chains(block_size, salts), total=self.requests, desc=f"chains of {block_size}", disable=not progress)):
             hashes[start:end] = chain
         return replay_flat(hashes.view(np.int64), offsets, self.lengths, block_size, kv_blocks(kv_tokens, block_size))
 

@@ -9,6 +9,34 @@ from pathlib import Path
 import pandas as pd
 
 
+def _replay_summary(table: pd.DataFrame, env: dict) -> str:
+    """One bench_replay run: the compiled replay against the readable one, and the 10M-request curve."""
+    speed, curve = table[table.benchmark == "replay"], table[table.benchmark == "capacity curve"].iloc[0]
+    gain = speed.speedup
+    return (f"{int(speed.requests.iloc[0]):,} requests at {env['kv_tokens']:,} tokens, one core: the compiled replay "
+            f"x{gain.median():.1f} (x{gain.min():.1f}-x{gain.max():.1f}, {len(gain)} pairs) the readable one's speed, "
+            f"equal results (at least x10: {'met' if gain.median() >= 10 else 'not met'}), at "
+            f"{speed.share_of_probe_rate.median():.0%} of a bare probe loop's rate; a {int(curve.points)}-point "
+            f"capacity curve of {int(curve.requests):,} requests on the cores: {curve.seconds:.0f} s, peak "
+            f"{curve.peak_gb:.2f} GB (at most 60 s and 2 GB: {'met' if curve.met else 'not met'})")
+
+
+def _ray_summary(table: pd.DataFrame, env: dict) -> str:
+    """One bench_ray run: one worker against two, the reports compared, the memory, the run without Ray."""
+    alone = table[~table.setup.str.startswith("Ray")]
+    table = table[table.setup.str.startswith("Ray")]
+    one, two = table.iloc[0], table.iloc[-1]
+    gain, worker_gb = one.seconds / two.seconds, table.largest_child_gb.max()
+    met = gain >= env["targets"]["speed-up"] and worker_gb <= env["targets"]["worker_gb"]
+    return (f"{env['prompts']:,} prompts, the whole audit on local Ray clusters: {int(one.workers)} worker "
+            f"{one.seconds:.0f} s, {int(two.workers)} workers {two.seconds:.0f} s (x{gain:.2f}; reading and "
+            f"tokenizing x{one['read and tokenize (s)'] / two['read and tokenize (s)']:.2f}), reports "
+            f"{'equal' if env['reports_equal'] else 'DIFFERENT'}, at most {worker_gb:.2f} GB in one worker "
+            f"(at least x1.7 and at most 2 GB: {'met' if met else 'not met'})"
+            + (f"; one process without Ray, its tokenizer on every core: {alone.seconds.iloc[0]:.0f} s"
+               if len(alone) else ""))
+
+
 def _benchmark_summary(name: str, table: pd.DataFrame, env: dict) -> str:
     """What one canonical benchmark measured, in a line, from its own table and environment."""
     if name.startswith("bench_audit"):
@@ -21,27 +49,9 @@ def _benchmark_summary(name: str, table: pd.DataFrame, env: dict) -> str:
                          + (f", peak {row.peak_gb:.2f} GB" if pd.notna(row.peak_gb) else "")
                          + f" ({row.target}: {'met' if row.met else 'not met'})" for row in table.itertuples())
     if name.startswith("bench_replay"):
-        speed, curve = table[table.benchmark == "replay"], table[table.benchmark == "capacity curve"].iloc[0]
-        gain = speed.speedup
-        return (f"{int(speed.requests.iloc[0]):,} requests at {env['kv_tokens']:,} tokens, one core: the compiled replay "
-                f"x{gain.median():.1f} (x{gain.min():.1f}-x{gain.max():.1f}, {len(gain)} pairs) the readable one's speed, "
-                f"equal results (at least x10: {'met' if gain.median() >= 10 else 'not met'}), at "
-                f"{speed.share_of_probe_rate.median():.0%} of a bare probe loop's rate; a {int(curve.points)}-point "
-                f"capacity curve of {int(curve.requests):,} requests on the cores: {curve.seconds:.0f} s, peak "
-                f"{curve.peak_gb:.2f} GB (at most 60 s and 2 GB: {'met' if curve.met else 'not met'})")
+        return _replay_summary(table, env)
     if name.startswith("bench_ray"):
-        alone = table[~table.setup.str.startswith("Ray")]
-        table = table[table.setup.str.startswith("Ray")]
-        one, two = table.iloc[0], table.iloc[-1]
-        gain, worker_gb = one.seconds / two.seconds, table.largest_child_gb.max()
-        met = gain >= env["targets"]["speed-up"] and worker_gb <= env["targets"]["worker_gb"]
-        return (f"{env['prompts']:,} prompts, the whole audit on local Ray clusters: {int(one.workers)} worker "
-                f"{one.seconds:.0f} s, {int(two.workers)} workers {two.seconds:.0f} s (x{gain:.2f}; reading and "
-                f"tokenizing x{one['read and tokenize (s)'] / two['read and tokenize (s)']:.2f}), reports "
-                f"{'equal' if env['reports_equal'] else 'DIFFERENT'}, at most {worker_gb:.2f} GB in one worker "
-                f"(at least x1.7 and at most 2 GB: {'met' if met else 'not met'})"
-                + (f"; one process without Ray, its tokenizer on every core: {alone.seconds.iloc[0]:.0f} s"
-                   if len(alone) else ""))
+        return _ray_summary(table, env)
     if name.startswith("bench_sim"):
         router = ["random", "round_robin", "power_of_two", "consistent_hash", "cache_aware"]
         parts = []
