@@ -66,18 +66,18 @@ def failures(notebook: str, name: str, answer: str) -> list[str]:
 # (notebook, exercise, the wrong idea, its code)
 WRONG = [
     ("01_block_hashing", "build_the_hash_chain", "each block hashed on its own, no parent", '''
-def my_block_hashes(token_ids, block_size, cache_salt=None):
+def build_block_hashes(token_ids, block_size, cache_salt=None):
     return [sha256((None, tuple(token_ids[s:s + block_size]), None))
             for s in range(0, len(token_ids) - block_size + 1, block_size)]'''),
     ("01_block_hashing", "build_the_hash_chain", "the partial last block hashed too", '''
-def my_block_hashes(token_ids, block_size, cache_salt=None):
+def build_block_hashes(token_ids, block_size, cache_salt=None):
     parent, hashes = none_hash(), []
     for s in range(0, len(token_ids), block_size):
         parent = sha256((parent, tuple(token_ids[s:s + block_size]), (("cache_salt", cache_salt),) if cache_salt and s == 0 else None))
         hashes.append(parent)
     return hashes'''),
     ("01_block_hashing", "build_the_hash_chain", "the salt in every block's extra keys", '''
-def my_block_hashes(token_ids, block_size, cache_salt=None):
+def build_block_hashes(token_ids, block_size, cache_salt=None):
     parent, hashes = none_hash(), []
     for s in range(0, len(token_ids) - block_size + 1, block_size):
         parent = sha256((parent, tuple(token_ids[s:s + block_size]), (("cache_salt", cache_salt),) if cache_salt else None))
