@@ -51,8 +51,9 @@ def test_the_command_line_and_audit_build_the_same_settings(captured, argv, keyw
 def test_the_command_lines_defaults_are_the_settings_defaults():
     args = parser().parse_args(["log.jsonl"])
     assert settings_from(args) == AuditSettings()
-    flags = {f.name for f in dataclasses.fields(AuditSettings)} - {"progress"}
+    flags = {f.name for f in dataclasses.fields(AuditSettings)} - {"progress", "workers"}
     assert {name: getattr(args, name) for name in flags} == {name: getattr(AuditSettings(), name) for name in flags}
+    assert args.workers is None, "--workers unset: one reader, or every core with --ray"
     assert AuditSettings().confirm == 0, "no engine unless asked"
 
 

