@@ -56,4 +56,4 @@ def test_a_size_the_run_shows_slower_is_never_recommended():
     sizes = [Spread("32", (14.82, 20.0, 32.38)), Spread("64", (16.60, 18.0, 21.56)), Spread("128", (19.51, 25.0, 41.50)),
              Spread("256", (26.02, 27.0, 27.57))]
     size, why = recommend_from_spread(sizes)
-    assert size == 128 and "256 shown slower" in why
+    assert size == 128 and "256 shown slower than 64" in why and "32 shown" not in why

@@ -4,7 +4,7 @@ The sweep is a row per workload, block size and repeat (`mean_ttft_ms`: that rep
 compares sizes is printed from its repeats' spread (lab.experiments.verdict), never typed ahead of the run:
 
     verdicts = ttft_verdicts(engine_sweep)   # per workload: the ranking, the hit-rate order, the size to use
-    block_size_findings(engine_sweep)        # that size as a finding: saved with the run, rendered elsewhere by id
+    block_size_findings(engine_sweep)        # that size as a finding (holds: fastest alone; cannot tell: a tie-break)
     ttft_outliers(engine_sweep)              # the runs more than twice, or under half, their workload's median
 """
 
@@ -25,22 +25,28 @@ def ttft_spreads(engine_sweep: pd.DataFrame, workload: str) -> list[Spread]:
     return spreads(rows.assign(size=rows.block_size.astype(str)), "size", "mean_ttft_ms")
 
 
+def sizes_left(ttft: Sequence[Spread]) -> list[Spread]:
+    """The sizes this run does not show slower: no other size's TTFT range lies wholly below theirs."""
+    return [s for s in ttft if not any(other.high < s.low for other in ttft)]
+
+
 def recommend_from_spread(ttft: Sequence[Spread]) -> tuple[int | None, str]:
     """The block size to use as far as this run can tell, and why. A size is out when another size's TTFT range lies
     wholly below its own (the run shows it slower); of the sizes left, the fastest if it alone is left, else the
-    largest (fewer blocks to track at a TTFT this run cannot tell apart). None with one run of any size: no spread,
-    no verdict."""
+    largest (fewer blocks to track at a TTFT this run cannot tell apart: a tie-break, not a measured win). None with
+    one run of any size: no spread, no verdict."""
     if min(len(s.values) for s in ttft) < 2:
         return None, "one run of some sizes, so no spread: this run cannot tell which size is fastest"
     fastest = min(ttft, key=lambda s: s.median)
-    left = [s for s in ttft if not any(other.high < s.low for other in ttft)]
+    left = sizes_left(ttft)
+    slower = "; ".join(f"{s.name} shown slower than {', '.join(o.name for o in ttft if o.high < s.low)}"
+                       for s in ttft if s not in left)
     if left == [fastest]:
         return int(fastest.name), f"{fastest.name}: its TTFT range lies below every other size's"
     chosen = max(left, key=lambda s: int(s.name))
-    slower = [s.name for s in ttft if s not in left]
-    return int(chosen.name), (f"{chosen.name}: this run cannot tell {', '.join(s.name for s in left)} apart by TTFT "
-                              f"(lowest median: {fastest.name}), and the largest tracks the fewest blocks"
-                              + (f"; {', '.join(slower)} shown slower" if slower else ""))
+    return int(chosen.name), (f"this run cannot tell {', '.join(s.name for s in left)} apart by TTFT (lowest median: "
+                              f"{fastest.name}); of those, {chosen.name}, the largest, tracks the fewest blocks"
+                              + (f"; {slower}" if slower else ""))
 
 
 def follows_hit_rate(ttft: Sequence[Spread], hit_rate: Mapping[int, float]) -> str:
@@ -83,12 +89,14 @@ def recommend_block_size(engine_sweep: pd.DataFrame) -> pd.Series:
 
 def block_size_findings(engine_sweep: pd.DataFrame) -> list[Finding]:
     """Per workload, the block size to use as a finding (id `block_size.<workload>`, value the size): it holds
-    where the repeats name a size, and cannot tell where they do not (one run of some size)."""
+    where one size's TTFT range lies below every other's; where the repeats leave two or more sizes it cannot tell
+    apart, or no spread, it cannot tell which is fastest (the value is then the tie-break's size, or None)."""
     found = []
     for workload, verdict in ttft_verdicts(engine_sweep).iterrows():
         size = None if pd.isna(verdict.recommended) else int(verdict.recommended)
-        found.append(Finding(f"block_size.{workload}", f"Which block size should {workload} use on this back-end?",
-                             CANNOT_TELL if size is None else HOLDS,
+        alone = size is not None and len(sizes_left(ttft_spreads(engine_sweep, str(workload)))) == 1
+        found.append(Finding(f"block_size.{workload}", f"Which block size is fastest for {workload} on this back-end?",
+                             HOLDS if alone else CANNOT_TELL,
                              f"{workload}: {verdict.why}" if size is None else
                              f"{workload}: use block size {size}. Why: {verdict.why}",
                              f"{verdict.ranking}; hit rate: {verdict.hit_rate_order}", size))

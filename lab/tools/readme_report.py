@@ -23,6 +23,7 @@ import pandas as pd
 from lab import PROJECT_ROOT
 from lab.core.model import MODELS_DIR, describe_model
 from lab.experiments import article
+from lab.experiments.findings import CANNOT_TELL
 from lab.experiments.gains import amdahl_bound
 from lab.experiments.results import CANONICAL_DIR, hardware_line, load_latest, write_atomically
 from lab.tools.benchmark_report import benchmark_rows, cluster_lines
@@ -138,6 +139,17 @@ def headline_context(offline: pd.DataFrame, online: pd.DataFrame) -> dict:
             "rps": measured(offline, "requests_per_s"), "online_ttft": measured(online, "mean_ttft_ms")}
 
 
+def block_size_answers(findings: pd.DataFrame) -> dict[str, str]:
+    """04's block-size findings as the pages show them: the size, marked where a tie-break chose it among sizes the
+    run could not tell apart ("cannot tell" with a size), or "cannot tell" where the run named none."""
+    shown = {}
+    for row in findings.itertuples():
+        size = None if pd.isna(row.value) else int(row.value)
+        tied = " (a tie)" if size is not None and row.verdict == CANNOT_TELL else ""
+        shown[row.id.removeprefix("block_size.")] = "cannot tell" if size is None else f"{size}{tied}"
+    return shown
+
+
 def results_context() -> dict:
     """Every number and table the Results section shows, from the latest results files."""
     offline, meta = load_latest("05_cache_on_vs_off-offline")
@@ -161,8 +173,7 @@ def results_context() -> dict:
             **dict(zip(("gain_verdict", "gain_verdict_run"), gain_verdict())),
             "article_gain": 1 + article.change_percent("requests_per_s") / 100,
             "online": online_context(online, online_meta["environment"], offline),
-            "sweep_run_id": sweep_meta["run_id"], "block_sizes": {i.removeprefix("block_size."): None if pd.isna(v) else int(v)
-                                                                      for i, v in zip(sizes.id, sizes.value)},
+            "sweep_run_id": sweep_meta["run_id"], "block_sizes": block_size_answers(sizes),
             "audit": audit_context(), **parts,
             "claims": claims_context(), "headline": headline_context(offline, online),
             "figures": [(alt, f"{FIGURES_FROM_RESULTS}/{name}.png") for alt, name in figures]}
