@@ -115,3 +115,32 @@ def test_combined_traces_share_no_block():
     alone = cached_tokens(conversation, None).sum() + cached_tokens(synthetic, None).sum()
     assert cached_tokens(both, None).sum() == alone
     assert math.isclose(hit_rate(both, None), alone / both.input_tokens.sum())
+
+
+def shared_root_trace(tmp_path):
+    """512-token blocks: a root two requests share, then one-off requests between its uses (the chain-pool test's
+    case as a trace): enough to flush the root from an LRU pool of 6 blocks, not from one that protects roots."""
+    chains = [[1, 100], [1, 101]] + [[1, 100 + i] if i % 3 == 1 else [1000 + i, 2000 + i, 3000 + i, 4000 + i]
+                                     for i in range(2, 30)]
+    return read_block_trace(write(tmp_path / "t.jsonl", [
+        {"timestamp": t, "input_length": len(c) * 512 + 1, "output_length": 1, "hash_ids": c + [9000 + t]}
+        for t, c in enumerate(chains)]))
+
+
+def test_a_compared_eviction_policy_says_how_many_requests_it_changed(tmp_path):
+    from lab.audit.trace_fleet import eviction_table
+
+    trace = shared_root_trace(tmp_path)
+    small, large = (eviction_table(trace, [tokens], ("lru", "protect_roots")).set_index("policy")
+                    for tokens in (6 * 512, 10**6))
+    assert small.requests_changed.to_dict() == {"lru": 0, "protect_roots": 9}, "the protected root hits 9 more times"
+    assert small.hit_rate.protect_roots > small.hit_rate.lru
+    assert large.requests_changed.to_dict() == {"lru": 0, "protect_roots": 0}, "a pool that never fills: no change"
+    assert not small.raised_to_admit.any()
+
+
+def test_a_capacity_below_the_longest_request_is_marked_as_raised_not_measured(tmp_path):
+    trace = shared_root_trace(tmp_path)  # the longest request: 5 blocks of 512 tokens
+    curve = capacity_curve(trace, [1024, 5 * 512, 10**6]).set_index("kv_tokens")
+    assert curve.raised_to_admit.to_dict() == {1024: True, 5 * 512: False, 10**6: False}
+    assert curve.pool_tokens[1024] == 5 * 512

@@ -213,12 +213,14 @@ def hit_rate(trace: BlockTrace, kv_tokens: int | None) -> float:
 
 def capacity_curve(trace: BlockTrace, capacities: list[int] | np.ndarray, progress: bool = False) -> pd.DataFrame:
     """The token hit rate at each KV capacity (tokens), and at infinite capacity (the trace's maximum).
-    `pool_tokens` is the pool replayed: larger than `kv_tokens` where that could not hold the longest request.
+    `pool_tokens` is the pool replayed: larger than `kv_tokens` where that could not hold the longest request
+    (`raised_to_admit`: no engine of that capacity admits it, so that row is not a measurement of it).
     Each capacity is a Ray task on a cluster (lab.audit.cluster)."""
     capacities = [int(c) for c in capacities]
     rates = cluster.map_in_order(hit_rate, capacities, shared=(trace,), desc="capacities", progress=progress)
     rows = [{"kv_tokens": c, "pool_tokens": pool_blocks(trace, c) * trace.block_tokens, "hit_rate": rate}
             for c, rate in zip(capacities, rates)]
+    rows = [row | {"raised_to_admit": row["pool_tokens"] > row["kv_tokens"]} for row in rows]
     maximum = hit_rate(trace, None)
     return pd.DataFrame(rows).assign(max_hit_rate=maximum, share_of_max=lambda t: t.hit_rate / maximum)
 

@@ -87,14 +87,20 @@ def fleet_table(trace: BlockTrace, nodes: int, kv_tokens_per_node: int, policies
 
 
 def eviction_table(trace: BlockTrace, capacities, policies=("lru", "lfu", "protect_roots")) -> pd.DataFrame:
-    """The token hit rate each eviction policy keeps on one pool at each capacity (tokens)."""
+    """The token hit rate each eviction policy keeps on one pool at each capacity (tokens). `requests_changed`: the
+    requests whose cached tokens differ from the first policy's (0: on this trace the policy never chose otherwise);
+    `raised_to_admit`: the pool was raised to hold the longest request (no engine admits it at that capacity)."""
     total = int(trace.input_tokens.sum())
     longest = int(np.max(-(-trace.input_tokens // trace.block_tokens)))
     rows = []
     for capacity in capacities:
         blocks = max(int(capacity) // trace.block_tokens, longest)
+        served = {}
         for policy in policies:
             pool = ChainPool(blocks, trace.block_tokens, policy)
-            cached = sum(pool.serve(c, n) for c, n in zip(trace.chains, trace.input_tokens.tolist()))
-            rows.append({"kv_tokens": int(capacity), "policy": policy, "hit_rate": cached / total})
+            served[policy] = np.array([pool.serve(c, n) for c, n in zip(trace.chains, trace.input_tokens.tolist())])
+        first = served[policies[0]]
+        rows += [{"kv_tokens": int(capacity), "policy": policy, "hit_rate": cached.sum() / total,
+                  "requests_changed": int((cached != first).sum()),
+                  "raised_to_admit": blocks * trace.block_tokens > int(capacity)} for policy, cached in served.items()]
     return pd.DataFrame(rows)
