@@ -96,3 +96,65 @@ def test_the_scan_finds_a_typed_result_and_lets_the_allowed_forms_pass():
                "notebook 05's curve and 11_routing, section 2, 1 / (1 - h).\nThe article's 2.35 s (2350 ms).\n"
                "1. a list item")
     assert typed_numbers(allowed, figures) == []
+
+
+# A result in words: an order or a comparison ("faster", "loses", "more than"). A lesson's markdown may hold them
+# only where they do not conclude: a question, a prediction, a conditional or a bound (a mechanism or a hypothesis),
+# or one of the sentences below, each with its reason. Anything else states a result, which belongs in a printed
+# line computed from the run (lab.experiments.findings, lab.experiments.verdict).
+RESULT_WORDS = (r"\b(faster|slower|sooner|later than|beats?|wins?|loses?|lost|outperform\w*|more than|less than|"
+                r"fewer than|higher than|lower than|better than|worse than|cheaper|twice as|half as|doubles?|halves|"
+                r"reused (?:less|more)|keeps (?:more|less))\b")
+NOT_CONCLUDING = r"\b(if|would|should|could|can|cannot|may|might|at most|at least|expect|predict\w*|whether|which|when)\b"
+ALLOWED_COMPARISONS = {
+    ("01", "one block fewer than the whole prompt"): "exact by vLLM's rule (the last token is always computed), "
+                                                     "asserted in the lesson's check",
+    ("08", "every hit loses its prefix's last blocks"): "a prediction's option",
+    ("08", "finds the first blocks of each prefix and loses the rest"): "the LRU mechanism, exact by construction",
+    ("11", "twice as many tenants as before"): "the workload's design",
+    ("11", "evens the requests per replica and loses hits"): "the two pulls the run then weighs (its verdict)",
+    ("12", "Twice as many tenants as replicas"): "the workload's design",
+    ("12", "differ in more than the skew"): "a limit of the method, stated",
+    ("14", "built to lose"): "the workload's design",
+    ("17", "caps how much faster the server gets"): "the bound's arithmetic (Amdahl), not a result",
+    ("17", "the wait grows faster than linearly"): "a queueing model, labelled as an assumption",
+    ("18", "sooner);"): "a column's sign, defined",
+    ("18", "shows more than the bound saved more than"): "what a result above the bound would mean, not a result",
+    ("19", "need more than one number each"): "the section's plan",
+    ("20", "One way to lose all of it"): "the mechanism, shown by the lesson's own file",
+    ("23", "recomputing wins at every length"): "the cost model's consequence, derived, not measured",
+    ("23", "below `1`, loading was faster"): "how to read the figure's axis",
+    ("23", "under the recompute line, loading was faster"): "how to read the figure",
+}
+
+
+def comparisons(markdown: str) -> list[str]:
+    """The sentences of `markdown` that state an order or a comparison as a fact (see RESULT_WORDS)."""
+    text = "\n".join(line for line in markdown.splitlines() if not line.lstrip().startswith("#"))
+    found = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        if paragraph.lstrip().startswith(("**Predict", "**The question")):
+            continue
+        for sentence in re.split(r"(?<=[.!?:;])\s+", " ".join(paragraph.split())):
+            if (re.search(RESULT_WORDS, sentence, re.I) and not sentence.endswith("?")
+                    and not re.search(NOT_CONCLUDING, sentence, re.I)):
+                found.append(sentence)
+    return found
+
+
+def no_result_in_words(path) -> None:
+    lesson = path.name[:2]
+    stated = [s for s in comparisons(lesson_prose(path))
+              if not any(lesson == n and snippet in s for n, snippet in ALLOWED_COMPARISONS)]
+    assert stated == [], "a result in the markdown: print it from the run, or give the allowlist its reason"
+
+
+def test_no_lesson_states_a_result_in_its_markdown():
+    assert failures(no_result_in_words, all_notebooks(), lambda p: p.stem) == {}
+
+
+def test_the_comparison_scan_finds_a_stated_result_and_lets_questions_and_mechanisms_pass():
+    assert comparisons("With the cache, B came back 3 times sooner. Kimi's hour reused less than ours.") == [
+        "With the cache, B came back 3 times sooner.", "Kimi's hour reused less than ours."]
+    assert comparisons("**Predict, then run.** B will be faster.\n\nWill B come sooner? If the pool is short, a hit "
+                       "loses its last blocks. It is at most 1 / (1 - h) faster.\n## Faster than light") == []
