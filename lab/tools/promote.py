@@ -30,6 +30,7 @@ from lab import PROJECT_ROOT
 from lab.experiments.plots import COMMITTED_FIGURES_DIR, figures_dir
 from lab.experiments.provenance import png_text
 from lab.experiments.results import CANONICAL_DIR, promote, results_dir
+from lab.tools import course_map
 from lab.tools.open_exercises import open_exercises
 from lab.tools.runner import NOTEBOOKS_DIR, RUNS_DIR
 from lab.tools.stale import BANNER_ID, LESSONS_DIR, lesson_cells, mark
@@ -198,6 +199,8 @@ def refresh_all_prose() -> int:
     if stale:
         print(f"code changed since the canonical run, marked as older than the lesson (make run brings them back): "
               f"{', '.join(stale)}")
+    if not course_map.write():
+        print(f"course map: {course_map.MAP.relative_to(PROJECT_ROOT)}, its tracks from the lessons")
     return 0
 
 
