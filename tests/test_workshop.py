@@ -90,3 +90,18 @@ def test_the_course_copies_hold_no_solution_and_keep_a_learners_edits(tmp_path):
     changed_lesson.write_text(lessons[0].read_text().replace("Quickstart", "Quick start"))
     assert build_course(tmp_path, [changed_lesson]) == [], "the learner's edited copy is kept"
     assert "predicted = 96" in edited.read_text()
+
+
+def test_the_workshop_page_names_every_lesson_and_every_exercise():
+    """WORKSHOP.md's agenda and homework hold the course as it stands: each lesson, each exercise by its name."""
+    from lab import PROJECT_ROOT
+    from lab.tools.runner import all_notebooks
+
+    page = (PROJECT_ROOT / "WORKSHOP.md").read_text()
+    agenda = page[page.index("## Agenda"):page.index("The exercises sit at the end of each notebook.")]
+    names = re.findall(r"# BEGIN QUESTION\s+name:\s*(\w+)", "\n".join(
+        c.source for p in all_notebooks() for c in nbformat.read(p, as_version=4).cells if c.cell_type == "raw"))
+    assert [n for n in names if f"`{n}`" not in agenda] == [], "an exercise the agenda does not name"
+    lessons = [p.name[:2] for p in all_notebooks()]
+    assert [n for n in lessons if not re.search(rf"`{n}(_\w+)?`", agenda)] == [], "a lesson the agenda leaves out"
+    assert "not yet" not in agenda
