@@ -34,14 +34,14 @@ def test_the_block_size_finding_says_cannot_tell_on_one_run_and_names_a_size_on_
     assert finding.verdict == CANNOT_TELL and finding.value is None and "cannot tell" in finding.answer
     two = pd.concat([one, one.assign(mean_ttft_ms=[5.1, 9.2])])
     (finding,) = block_size_findings(two)
-    assert (finding.id, finding.verdict, finding.value) == ("block_size.w", HOLDS, 32)
-    assert "use block size 32" in finding.answer and "32 (5.00-5.10 ms)" in finding.evidence
+    assert (finding.id, finding.verdict, finding.value) == ("block_size.w", HOLDS, "32")
+    assert "block size 32" in finding.answer and "32 (5.00-5.10 ms)" in finding.evidence
 
 
-def test_a_block_size_chosen_by_the_tie_break_is_not_a_finding_that_holds():
-    """32 and 64 overlap, 128 lies above 32 only: 64 by the tie-break, and the verdict says the run cannot tell."""
+def test_sizes_the_run_cannot_tell_apart_are_both_the_answer_and_the_finding_cannot_tell():
+    """32 and 64 overlap, 128 lies above 32 only: the answer is "32 or 64", and the verdict says the run cannot tell."""
     runs = pd.DataFrame({"workload": "w", "block_size": [32, 64, 128] * 2, "vllm_hit_rate": 0.5,
                          "mean_ttft_ms": [5.0, 5.1, 6.0, 5.2, 6.5, 6.2]})
     (finding,) = block_size_findings(runs)
-    assert (finding.verdict, finding.value) == (CANNOT_TELL, 64)
-    assert "cannot tell 32, 64 apart" in finding.answer and "128 shown slower than 32" in finding.answer
+    assert (finding.verdict, finding.value) == (CANNOT_TELL, "32 or 64")
+    assert "cannot tell 32 or 64 apart" in finding.answer and "128 shown slower than 32" in finding.answer

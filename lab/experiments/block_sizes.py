@@ -4,7 +4,7 @@ The sweep is a row per workload, block size and repeat (`mean_ttft_ms`: that rep
 compares sizes is printed from its repeats' spread (lab.experiments.verdict), never typed ahead of the run:
 
     verdicts = ttft_verdicts(engine_sweep)   # per workload: the ranking, the hit-rate order, the size to use
-    block_size_findings(engine_sweep)        # that size as a finding (holds: fastest alone; cannot tell: a tie-break)
+    block_size_findings(engine_sweep)        # that answer as a finding: "64" holds; "32 or 64" cannot tell
     ttft_outliers(engine_sweep)              # the runs more than twice, or under half, their workload's median
 """
 
@@ -30,11 +30,10 @@ def sizes_left(ttft: Sequence[Spread]) -> list[Spread]:
     return [s for s in ttft if not any(other.high < s.low for other in ttft)]
 
 
-def recommend_from_spread(ttft: Sequence[Spread]) -> tuple[int | None, str]:
+def recommend_from_spread(ttft: Sequence[Spread]) -> tuple[str | None, str]:
     """The block size to use as far as this run can tell, and why. A size is out when another size's TTFT range lies
-    wholly below its own (the run shows it slower); of the sizes left, the fastest if it alone is left, else the
-    largest (fewer blocks to track at a TTFT this run cannot tell apart: a tie-break, not a measured win). None with
-    one run of any size: no spread, no verdict."""
+    wholly below its own (the run shows it slower). One size left: that size ("64"). Several: all of them, as the
+    run cannot tell them apart ("32 or 64"). None with one run of any size: no spread, no verdict."""
     if min(len(s.values) for s in ttft) < 2:
         return None, "one run of some sizes, so no spread: this run cannot tell which size is fastest"
     fastest = min(ttft, key=lambda s: s.median)
@@ -42,11 +41,10 @@ def recommend_from_spread(ttft: Sequence[Spread]) -> tuple[int | None, str]:
     slower = "; ".join(f"{s.name} shown slower than {', '.join(o.name for o in ttft if o.high < s.low)}"
                        for s in ttft if s not in left)
     if left == [fastest]:
-        return int(fastest.name), f"{fastest.name}: its TTFT range lies below every other size's"
-    chosen = max(left, key=lambda s: int(s.name))
-    return int(chosen.name), (f"this run cannot tell {', '.join(s.name for s in left)} apart by TTFT (lowest median: "
-                              f"{fastest.name}); of those, {chosen.name}, the largest, tracks the fewest blocks"
-                              + (f"; {slower}" if slower else ""))
+        return fastest.name, f"{fastest.name}: its TTFT range lies below every other size's"
+    tied = " or ".join(sorted((s.name for s in left), key=int))
+    return tied, (f"this run cannot tell {tied} apart by TTFT (lowest median: {fastest.name})"
+                  + (f"; {slower}" if slower else ""))
 
 
 def follows_hit_rate(ttft: Sequence[Spread], hit_rate: Mapping[int, float]) -> str:
@@ -62,14 +60,16 @@ def follows_hit_rate(ttft: Sequence[Spread], hit_rate: Mapping[int, float]) -> s
                for fast, slow in told if rate[fast.name] <= rate[slow.name]]
     counted = f"{len(told)} pairs of sizes this run tells apart (of {len(pairs)})"
     if not against:
-        return f"TTFT follows the hit rate: in each of the {counted}, the faster size has the higher hit rate"
+        return (f"in each of the {counted}, the faster size is also the one with the higher hit rate (the hit rate "
+                "falls as blocks grow, so this does not tell the hit rate from other costs that grow with the size)")
     return (f"TTFT does not follow the hit rate alone: of the {counted}, in {len(against)} the faster size has no "
             "more hits: " + "; ".join(against))
 
 
 def ttft_verdicts(engine_sweep: pd.DataFrame) -> pd.DataFrame:
     """Per workload, what this run's repeats support: the block sizes ranked by mean TTFT, whether that order
-    follows vLLM's hit rate (`vllm_hit_rate`, the same in every repeat), and the size to use (None: cannot tell)."""
+    follows vLLM's hit rate (`vllm_hit_rate`, the same in every repeat), and the size to use ("64", "32 or 64"
+    where the run cannot tell them apart, None where it has no spread)."""
     rows = []
     for workload in engine_sweep.workload.unique():
         ttft = ttft_spreads(engine_sweep, workload)
@@ -78,28 +78,28 @@ def ttft_verdicts(engine_sweep: pd.DataFrame) -> pd.DataFrame:
         rows.append({"workload": workload, "ranking": str(rank(ttft, quantity=f"{workload}, mean TTFT by block size",
                                                                 unit="ms", digits=2)),
                      "hit_rate_order": follows_hit_rate(ttft, rate.to_dict()), "recommended": size, "why": why})
-    return pd.DataFrame(rows).astype({"recommended": "Int64"}).set_index("workload")
+    return pd.DataFrame(rows).set_index("workload")
 
 
 def recommend_block_size(engine_sweep: pd.DataFrame) -> pd.Series:
-    """Per workload, the block size to use as far as the sweep's repeats tell (`recommend_from_spread`; <NA>: it
-    cannot tell): lesson 04's answer, which it saves as findings (`block_size_findings`) for other pages."""
+    """Per workload, the block size to use as far as the sweep's repeats tell (`recommend_from_spread`: "64", or
+    "32 or 64" where they cannot tell, None without a spread): lesson 04's answer, saved as its findings."""
     return ttft_verdicts(engine_sweep).recommended.rename("block size to use")
 
 
 def block_size_findings(engine_sweep: pd.DataFrame) -> list[Finding]:
-    """Per workload, the block size to use as a finding (id `block_size.<workload>`, value the size): it holds
-    where one size's TTFT range lies below every other's; where the repeats leave two or more sizes it cannot tell
-    apart, or no spread, it cannot tell which is fastest (the value is then the tie-break's size, or None)."""
+    """Per workload, the block size to use as a finding (id `block_size.<workload>`, value the answer): it holds
+    where one size's TTFT range lies below every other's; where the repeats leave sizes they cannot tell apart
+    (value "32 or 64"), or have no spread (value None), it cannot tell which is fastest."""
     found = []
     for workload, verdict in ttft_verdicts(engine_sweep).iterrows():
-        size = None if pd.isna(verdict.recommended) else int(verdict.recommended)
-        alone = size is not None and len(sizes_left(ttft_spreads(engine_sweep, str(workload)))) == 1
+        answer = None if pd.isna(verdict.recommended) else str(verdict.recommended)
+        alone = answer is not None and " or " not in answer
         found.append(Finding(f"block_size.{workload}", f"Which block size is fastest for {workload} on this back-end?",
                              HOLDS if alone else CANNOT_TELL,
-                             f"{workload}: {verdict.why}" if size is None else
-                             f"{workload}: use block size {size}. Why: {verdict.why}",
-                             f"{verdict.ranking}; hit rate: {verdict.hit_rate_order}", size))
+                             f"{workload}: {verdict.why}" if answer is None else
+                             f"{workload}: block size {answer}. Why: {verdict.why}",
+                             f"{verdict.ranking}; hit rate: {verdict.hit_rate_order}", answer))
     return found
 
 

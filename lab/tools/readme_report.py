@@ -23,7 +23,6 @@ import pandas as pd
 from lab import PROJECT_ROOT
 from lab.core.model import MODELS_DIR, describe_model
 from lab.experiments import article
-from lab.experiments.findings import CANNOT_TELL
 from lab.experiments.gains import amdahl_bound
 from lab.experiments.results import CANONICAL_DIR, hardware_line, load_latest, write_atomically
 from lab.tools.benchmark_report import benchmark_rows, cluster_lines
@@ -140,14 +139,13 @@ def headline_context(offline: pd.DataFrame, online: pd.DataFrame) -> dict:
 
 
 def block_size_answers(findings: pd.DataFrame) -> dict[str, str]:
-    """04's block-size findings as the pages show them: the size, marked where a tie-break chose it among sizes the
-    run could not tell apart ("cannot tell" with a size), or "cannot tell" where the run named none."""
-    shown = {}
-    for row in findings.itertuples():
-        size = None if pd.isna(row.value) else int(row.value)
-        tied = " (a tie)" if size is not None and row.verdict == CANNOT_TELL else ""
-        shown[row.id.removeprefix("block_size.")] = "cannot tell" if size is None else f"{size}{tied}"
-    return shown
+    """04's block-size findings as the pages show them: one size, sizes the run could not tell apart ("32 or 64"),
+    or "cannot tell" where the run named none."""
+    def shown(value) -> str:
+        if value is None or (isinstance(value, float) and pd.isna(value)):
+            return "cannot tell"
+        return str(int(value)) if isinstance(value, (int, float)) else str(value)
+    return {row.id.removeprefix("block_size."): shown(row.value) for row in findings.itertuples()}
 
 
 def results_context() -> dict:
