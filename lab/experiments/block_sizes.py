@@ -61,7 +61,7 @@ def follows_hit_rate(ttft: Sequence[Spread], hit_rate: Mapping[int, float]) -> s
     counted = f"{len(told)} pairs of sizes this run tells apart (of {len(pairs)})"
     if not against:
         return (f"in each of the {counted}, the faster size is also the one with the higher hit rate (the hit rate "
-                "falls as blocks grow, so this does not tell the hit rate from other costs that grow with the size)")
+                "falls as blocks grow, so this does not tell the hit rate from anything else that changes with the size)")
     return (f"TTFT does not follow the hit rate alone: of the {counted}, in {len(against)} the faster size has no "
             "more hits: " + "; ".join(against))
 
