@@ -40,6 +40,7 @@ from lab.tools.report_contexts import (
     size_context,
     why_context,
 )
+from lab.tools.run_ledger import ledger_section
 from lab.tools.runner import all_notebooks
 
 README = PROJECT_ROOT / "README.md"
@@ -51,6 +52,7 @@ SUMMARY = ("<!-- summary:start -->", "<!-- summary:end -->")  # README.md: the h
 CLUSTER = ("<!-- cluster:start -->", "<!-- cluster:end -->")  # README.md: the audit on Ray, measured and projected
 NOTEBOOKS = ("<!-- notebooks:start -->", "<!-- notebooks:end -->")  # docs/RESULTS.md: the course's notebooks
 BENCHMARKS = ("<!-- benchmarks:start -->", "<!-- benchmarks:end -->")  # docs/TESTING.md: the canonical benchmarks
+FRESH_RUNS = ("<!-- fresh-runs:start -->", "<!-- fresh-runs:end -->")  # docs/TESTING.md: fresh-clone runs, from their logs
 WORKSHOP = PROJECT_ROOT / "WORKSHOP.md"
 LESSON_TIMES = ("<!-- lesson-times:start -->", "<!-- lesson-times:end -->")  # WORKSHOP.md: the canonical run's times
 LESSONS_DIR = PROJECT_ROOT / "docs" / "lessons"
@@ -250,13 +252,14 @@ def update_reports() -> None:
     results = between(RESULTS.read_text(), (START, END), render("results.md.j2", context), "docs/RESULTS.md")
     results = between(results, NOTEBOOKS, notebooks_section(), "docs/RESULTS.md")
     testing = between(TESTING.read_text(), BENCHMARKS, benchmarks_section(), "docs/TESTING.md")
+    testing = between(testing, FRESH_RUNS, ledger_section(), "docs/TESTING.md")
     workshop = between(WORKSHOP.read_text(), LESSON_TIMES, lesson_times_section(), WORKSHOP.name)
     write_atomically(WORKSHOP, workshop, overwrite=True)
     write_atomically(RESULTS, results, overwrite=True)
     write_atomically(README, readme, overwrite=True)
     write_atomically(TESTING, testing, overwrite=True)
     print(f"updated the headline and summary of {README}, the notebooks and Results sections of {RESULTS} and the "
-          f"benchmarks of {TESTING} and the lesson times of {WORKSHOP}")
+          f"benchmarks and fresh-clone runs of {TESTING} and the lesson times of {WORKSHOP}")
 
 
 if __name__ == "__main__":
