@@ -13,7 +13,7 @@ MODELS := models/tiny-seed0/config.json models/smollm2/config.json
 export PATH := $(abspath $(BIN)):$(PATH)
 export BROWSER_PATH ?= $(shell command -v chromium || command -v chromium-browser || command -v google-chrome)
 
-.PHONY: setup lock run promote stale test check-repo test-fast durations lint lab workshop model clean book
+.PHONY: setup lock run quick-times promote stale test check-repo test-fast durations lint lab workshop model clean book
 
 setup: $(STAMP) $(MODELS)
 
@@ -76,6 +76,13 @@ run: setup
 	@# a full run becomes the canonical one (make promote) and rewrites the generated parts of README.md and docs/RESULTS.md
 	@# from the canonical results, so the benchmarks it did not rerun keep their paragraphs
 	@if [ "$(PROFILE)" = full ]; then $(MAKE) --no-print-directory promote && LAB_RESULTS_DIR=data/reference/results $(BIN)/python -m lab.tools.readme_report; fi
+
+# Every lesson with its own defaults (the quick profile), timed: the minutes the README and WORKSHOP.md show
+# (data/reference/quick_times.csv; run it with nothing else on the cores)
+quick-times: setup
+	$(BIN)/python -m lab.tools.runner --profile quick
+	$(BIN)/python -m lab.tools.quick_times
+	LAB_RESULTS_DIR=data/reference/results $(BIN)/python -m lab.tools.readme_report
 
 # The latest full run of each notebook becomes what the repository shows: its results (data/reference/results/),
 # the docs' figures (figures/) and the executed lesson (docs/lessons/), each recording the run that made it

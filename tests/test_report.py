@@ -107,15 +107,17 @@ def test_the_headline_is_notebook_05s_ttft_change_beside_the_articles(results):
 def report_files(tmp_path, monkeypatch) -> tuple:
     readme, results = tmp_path / "README.md", tmp_path / "RESULTS.md"
     cluster = lab.tools.readme_report.CLUSTER
-    readme.write_text(f"intro\n{HEADLINE[0]}\nold\n{HEADLINE[1]}\nmiddle\n{SUMMARY[0]}\nold\n{SUMMARY[1]}\n"
-                      f"{cluster[0]}\nold\n{cluster[1]}\noutro\n")
+    lessons = lab.tools.readme_report.LESSONS
+    readme.write_text(f"intro\n{HEADLINE[0]}\nOLD-CONTENT\n{HEADLINE[1]}\nmiddle\n{SUMMARY[0]}\nOLD-CONTENT\n{SUMMARY[1]}\n"
+                      f"{cluster[0]}\nOLD-CONTENT\n{cluster[1]}\n{lessons[0]}\nOLD-CONTENT\n{lessons[1]}\noutro\n")
     results.write_text(f"head\n{NOTEBOOKS[0]}\nSTALE\n{NOTEBOOKS[1]}\nmiddle\n{lab.tools.readme_report.START}\nSTALE\n"
                        f"{lab.tools.readme_report.END}\ntail\n")
     monkeypatch.setattr(lab.tools.readme_report, "README", readme)
     monkeypatch.setattr(lab.tools.readme_report, "RESULTS", results)
-    for name, markers in (("TESTING", lab.tools.readme_report.BENCHMARKS), ("WORKSHOP", LESSON_TIMES)):
+    for name, marker_pairs in (("TESTING", (lab.tools.readme_report.BENCHMARKS, lab.tools.readme_report.FRESH_RUNS)),
+                               ("WORKSHOP", (LESSON_TIMES, lab.tools.readme_report.QUICK_TIMES))):
         copy = tmp_path / f"{name}.md"  # never the repository's own files
-        copy.write_text(f"before\n{markers[0]}\nold\n{markers[1]}\nafter\n")
+        copy.write_text("before\n" + "".join(f"{start}\nold\n{end}\n" for start, end in marker_pairs) + "after\n")
         monkeypatch.setattr(lab.tools.readme_report, name, copy)
     return readme, results
 
@@ -125,9 +127,10 @@ def test_both_files_are_rewritten_only_between_their_markers(results, tmp_path, 
     results_md.chmod(0o644)
     update_reports()
     text = readme.read_text()
-    assert text.startswith("intro\n") and "\nmiddle\n" in text and text.endswith("outro\n") and "old" not in text
+    assert text.startswith("intro\n") and "\nmiddle\n" in text and text.endswith("outro\n") and "OLD-CONTENT" not in text
     assert between(text, HEADLINE) == headline_section() and between(text, SUMMARY) == summary_section()
     assert "| mean TTFT" not in text, "the tables live in docs/RESULTS.md"
+    assert "`23_kv_tier`" in between(text, lab.tools.readme_report.LESSONS), "every lesson in the README's table"
     text = results_md.read_text()
     assert text.startswith("head\n") and text.endswith("tail\n") and "STALE" not in text and "| mean TTFT" in text
     assert between(text, NOTEBOOKS) == notebooks_section() and "\nmiddle\n" in text

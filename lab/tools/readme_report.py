@@ -26,6 +26,8 @@ from lab.experiments import article
 from lab.experiments.gains import amdahl_bound
 from lab.experiments.results import CANONICAL_DIR, hardware_line, load_latest, write_atomically
 from lab.tools.benchmark_report import benchmark_rows, cluster_lines
+from lab.tools.course_map import lessons
+from lab.tools.quick_times import minutes_by_lesson, provenance, workshop_section
 from lab.tools.report_contexts import (
     audit_context,
     capacity_context,
@@ -55,6 +57,8 @@ BENCHMARKS = ("<!-- benchmarks:start -->", "<!-- benchmarks:end -->")  # docs/TE
 FRESH_RUNS = ("<!-- fresh-runs:start -->", "<!-- fresh-runs:end -->")  # docs/TESTING.md: fresh-clone runs, from their logs
 WORKSHOP = PROJECT_ROOT / "WORKSHOP.md"
 LESSON_TIMES = ("<!-- lesson-times:start -->", "<!-- lesson-times:end -->")  # WORKSHOP.md: the canonical run's times
+QUICK_TIMES = ("<!-- quick-times:start -->", "<!-- quick-times:end -->")  # WORKSHOP.md: each lesson's quick time
+LESSONS = ("<!-- lessons:start -->", "<!-- lessons:end -->")  # README.md: the course's lessons, from the lessons
 LESSONS_DIR = PROJECT_ROOT / "docs" / "lessons"
 FIGURES_FROM_RESULTS = "../figures"  # docs/RESULTS.md links the figures relative to docs/
 TEMPLATES = Path(__file__).with_name("templates")
@@ -215,6 +219,19 @@ def benchmarks_section() -> str:
             "timed:\n\n" + markdown_table(table))
 
 
+def lessons_section() -> str:
+    """README.md's table of lessons: each lesson's own question and needs (its first cell), its quick-profile
+    minutes (data/reference/quick_times.csv) and its executed copy."""
+    minutes = minutes_by_lesson()
+    rows = [f"| `{lesson.name}` | {lesson.question} | {minutes.get(lesson.name, 'not timed')} | "
+            f"{', '.join(lesson.needs) or 'nothing'} | [executed](docs/lessons/{lesson.name}.ipynb) |"
+            for lesson in lessons().values()]
+    source = f"from {provenance()}" if minutes else "not timed yet (`make quick-times` times them)"
+    return (f"Minutes: the machine's time for a lesson with its own defaults (the `quick` profile), {source}; "
+            "reading along takes longer.\n\n| notebook | the question it answers | minutes | needs first | read it |\n"
+            "|---|---|---|---|---|\n" + "\n".join(rows))
+
+
 def lesson_times_section(lessons_dir: Path = LESSONS_DIR) -> str:
     """WORKSHOP.md's seconds per lesson in the full profile, read from the executed copies the canonical run left
     (papermill's own timing of each; a copy marked older than its lesson says so)."""
@@ -249,11 +266,13 @@ def update_reports() -> None:
     readme = between(README.read_text(), HEADLINE, render("headline.md.j2", context), README.name)
     readme = between(readme, SUMMARY, render("summary.md.j2", context), README.name)
     readme = between(readme, CLUSTER, cluster_lines(CANONICAL_DIR), README.name)
+    readme = between(readme, LESSONS, lessons_section(), README.name)
     results = between(RESULTS.read_text(), (START, END), render("results.md.j2", context), "docs/RESULTS.md")
     results = between(results, NOTEBOOKS, notebooks_section(), "docs/RESULTS.md")
     testing = between(TESTING.read_text(), BENCHMARKS, benchmarks_section(), "docs/TESTING.md")
     testing = between(testing, FRESH_RUNS, ledger_section(), "docs/TESTING.md")
     workshop = between(WORKSHOP.read_text(), LESSON_TIMES, lesson_times_section(), WORKSHOP.name)
+    workshop = between(workshop, QUICK_TIMES, workshop_section(), WORKSHOP.name)
     write_atomically(WORKSHOP, workshop, overwrite=True)
     write_atomically(RESULTS, results, overwrite=True)
     write_atomically(README, readme, overwrite=True)
