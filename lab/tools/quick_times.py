@@ -47,7 +47,7 @@ def record_quick_times(run_dir: Path = RUNS_DIR / "quick", out: Path = QUICK_TIM
         raise SystemExit(f"not recorded: {', '.join(table.notebook[~table.ok])} failed in {run_dir}")
     env = hardware()
     table = table.drop(columns="ok").assign(machine=device_name(), vllm=env["vllm"], code=code_version(),
-                                            date=time.strftime("%Y-%m-%d"))
+                                            date=time.strftime("%Y-%m-%d"), source="run")
     buffer = io.StringIO()
     table.to_csv(buffer, index=False)
     write_atomically(out, buffer.getvalue(), overwrite=True)
@@ -57,7 +57,7 @@ def record_quick_times(run_dir: Path = RUNS_DIR / "quick", out: Path = QUICK_TIM
 def load_quick_times(path: Path = QUICK_TIMES) -> pd.DataFrame:
     """The recorded times, one row per lesson (an empty table where none are recorded)."""
     if not path.exists():
-        return pd.DataFrame(columns=["notebook", "seconds", "run", "machine", "vllm", "code", "date"])
+        return pd.DataFrame(columns=["notebook", "seconds", "run", "machine", "vllm", "code", "date", "source"])
     return pd.read_csv(path, keep_default_na=False)
 
 
@@ -68,11 +68,15 @@ def minutes_by_lesson(path: Path = QUICK_TIMES) -> dict[str, str]:
 
 
 def provenance(path: Path = QUICK_TIMES) -> str:
-    """Where the times come from, in words: the machine, vLLM, the commit, the date."""
+    """Where the times come from, in words: the machine, vLLM, the commit, the date; or that they were transcribed
+    from the notes of earlier runs (before this file existed), as such."""
     table = load_quick_times(path)
     if table.empty:
         return "no quick run recorded yet"
     first = table.iloc[0]
+    if first.source == "transcribed":
+        return (f"runs of each lesson on {first.machine}, {first.vllm}, {first.date}, transcribed from the notes of "
+                f"those days (their commits were not recorded; `make quick-times` replaces them with one run)")
     return (f"one headless run of every lesson with its own defaults (`make quick-times`), {first.date}, "
             f"{first.machine}, {first.vllm}, the lab at `{first.code}`")
 
