@@ -92,6 +92,8 @@ def test_chat_records_use_the_chat_template(tmp_path, tok, write_jsonl):
     (['{"text": "no prompt here"}'], r"bad.jsonl:1: has neither 'prompt' nor 'messages'"),
     ([{"prompt": "word " * 6000}], r"bad.jsonl:1: \d+ tokens, longer than the model's context of 4096"),
     ([{"prompt": "hello", "arrival_s": "soon"}], r"bad.jsonl:1: 'arrival_s' must be a number"),
+    ([{"token_ids": [1, "two"]}], r"bad.jsonl:1: 'token_ids' must be a non-empty list of token ids"),
+    ([{"token_ids": list(range(5000))}], r"bad.jsonl:1: 5000 tokens, longer than the model's context"),
 ])
 def test_bad_input_names_the_file_the_line_and_a_fix(tmp_path, tok, lines, message, write_jsonl):
     path = write_jsonl(tmp_path / ("empty.jsonl" if not lines else "bad.jsonl"), lines)
@@ -103,6 +105,22 @@ def test_skip_bad_audits_the_good_lines_and_counts_the_rest(tmp_path, tok, write
     path = write_jsonl(tmp_path / "mixed.jsonl", ['{"prompt": "one"}', "oops", '{"nothing": 1}', '{"prompt": "two"}'])
     prompts = read_prompts(path, tok, skip_bad=True, progress=False)
     assert prompts.lines == [1, 4] and len(prompts.skipped) == 2 and "mixed.jsonl:2" in prompts.skipped[0]
+
+
+def test_a_log_of_token_ids_is_audited_on_those_ids_never_encoded_again(tmp_path, tok, write_jsonl):
+    shared = list(range(100, 420))  # ids whose decoding does not encode back to them one for one
+    rows = [{"token_ids": shared + [500 + i] * 40, "tenant": f"t{i % 2}"} for i in range(12)]
+    assert tok(tok.decode(rows[0]["token_ids"]))["input_ids"] != rows[0]["token_ids"], "the case this guards"
+    path = write_jsonl(tmp_path / "ids.jsonl", rows)
+    read = read_prompts(path, tok, progress=False)
+    assert read.token_ids == [r["token_ids"] for r in rows] and all(read.ids_given)
+    result = audit(path, kv_tokens=40_000, progress=False)
+    assert (result.prompt_tokens.mean, result.prompt_tokens.max) == (360, 360)
+    assert result.hit_rate_by_block_size[32] == replay_hit_rate([r["token_ids"] for r in rows], 32, 40_000)
+    assert result.fields == [] and result.field_sample == 0 and result.breakers is None
+    from lab.audit.report import terminal_summary
+
+    assert "not searched (the log gives token ids" in terminal_summary(result)
 
 
 def test_a_tokenizer_that_cannot_load_and_a_missing_file_are_named(tmp_path, capsys):

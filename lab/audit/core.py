@@ -129,6 +129,8 @@ class Sharing:
 
 def _sharing(trace: Trace, settings: AuditSettings, encoder: TokenEncoder, block_size: int) -> Sharing:
     texts = trace.sample.texts[:settings.field_sample]
+    if any(trace.sample.ids_given[:settings.field_sample]):  # the field search moves lines of text and encodes them
+        return Sharing([], where_prompts_diverge(texts), [])  # again: token ids given have no text of their own
     fields = breaking_fields(texts, encoder, block_size, settings.kv_tokens)
     return Sharing(texts, where_prompts_diverge(texts), fields)
 
@@ -178,10 +180,12 @@ def _after_moving(sharing: Sharing, encoder: TokenEncoder, block_size: int, kv_t
 
 
 def _breakers(trace: Trace, settings: AuditSettings, tokenizer, encoder: TokenEncoder, rates: HitRates,
-              cost_model) -> Breakers:
+              cost_model) -> Breakers | None:
     """The prefix-breakers found in the first `field_sample` requests (lab.audit.breakers), each fix replayed at the
     chosen block size and capacity through the same template, ranked by measured gain (as sent: the hit rates'
-    own replay of those requests)."""
+    own replay of those requests). None for a log of token ids: each fix edits text and encodes it again."""
+    if any(trace.sample.ids_given[:settings.field_sample]):
+        return None
     return breakers_in(trace.sample, tokenizer, FixReplay.of(settings, rates.best_size, cost_model),
                        count=settings.field_sample, encoder=encoder, cached=rates.cached)
 

@@ -33,11 +33,12 @@ class Prompts:
     skipped: list[str] = field(default_factory=list)  # one message per bad line skipped with skip_bad
     arrivals: list[float | None] = field(default_factory=list)  # each request's arrival (seconds), if the file says
     chats: list[dict | None] = field(default_factory=list)  # a chat's {"messages", "tools"} as sent (None: a prompt)
+    ids_given: list[bool] = field(default_factory=list)  # the line gave its token ids (its text is their decoding)
 
     def head(self, n: int) -> Prompts:
         """The first `n` requests."""
         return Prompts(self.path, self.texts[:n], self.token_ids[:n], self.lines[:n], self.tenants[:n], self.salts[:n],
-                       self.skipped, self.arrivals[:n], self.chats[:n])
+                       self.skipped, self.arrivals[:n], self.chats[:n], self.ids_given[:n])
 
 
 def load_tokenizer(model: str | None):
@@ -60,16 +61,24 @@ def load_tokenizer(model: str | None):
                               + (", or leave --model out to use the lab's model" if IN_CHECKOUT else "")) from error
 
 
-def _record_text(record: object, tokenizer, where: str) -> tuple[str, dict | None]:
-    """The prompt text of one record, and the chat it rendered with the model's template ({"messages", "tools"};
-    None for a plain prompt)."""
-    if not isinstance(record, dict) or not ("prompt" in record or "messages" in record):
-        raise AuditInputError(f"{where}: has neither 'prompt' nor 'messages'; write "
-                              '{"prompt": "..."} or {"messages": [{"role": "user", "content": "..."}]}')
+def _record_text(record: object, tokenizer, where: str) -> tuple[str, dict | None, list[int] | None]:
+    """The prompt text of one record, the chat it rendered with the model's template ({"messages", "tools"}; None for
+    a plain prompt), and its token ids where the record gives them (`token_ids`: audited as given, never re-encoded;
+    its text is their decoding)."""
+    if not isinstance(record, dict) or not ("prompt" in record or "messages" in record or "token_ids" in record):
+        raise AuditInputError(f"{where}: has neither 'prompt' nor 'messages' nor 'token_ids'; write "
+                              '{"prompt": "..."}, {"messages": [{"role": "user", "content": "..."}]} or '
+                              '{"token_ids": [1, 2, ...]}')
+    if "token_ids" in record:
+        ids = record["token_ids"]
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                           for i in ids):
+            raise AuditInputError(f"{where}: 'token_ids' must be a non-empty list of token ids (whole numbers >= 0)")
+        return tokenizer.decode(ids), None, ids
     if "prompt" in record:
         if not isinstance(record["prompt"], str) or not record["prompt"]:
             raise AuditInputError(f"{where}: 'prompt' must be a non-empty string")
-        return record["prompt"], None
+        return record["prompt"], None, None
     messages, tools = record["messages"], record.get("tools")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "content" in m for m in messages):
         raise AuditInputError(f"{where}: 'messages' must be a non-empty list of {{'role': ..., 'content': ...}}")
@@ -79,7 +88,7 @@ def _record_text(record: object, tokenizer, where: str) -> tuple[str, dict | Non
         raise AuditInputError(f"{where}: 'messages' needs a chat template, and this model's tokenizer has none; "
                               "send rendered prompts as 'prompt', or choose a chat model with --model")
     text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
-    return text, {"messages": messages, "tools": tools}
+    return text, {"messages": messages, "tools": tools}, None
 
 
 def _arrival(record: dict, where: str) -> float | None:
@@ -169,12 +178,12 @@ def good_records(records: Iterable[tuple[str, int, bytes | dict]], tokenizer, sk
             record = _jsonl_line(raw, where) if isinstance(raw, bytes) else raw
             if record is None:
                 continue
-            text, chat = _record_text(record, tokenizer, where)
+            text, chat, ids = _record_text(record, tokenizer, where)
             arrival = _arrival(record, where)
             tenant, salt = record.get("tenant", record.get("user")), record.get("cache_salt")
             if salt is not None and (not isinstance(salt, str) or not salt):
                 raise AuditInputError(f"{where}: 'cache_salt' must be a non-empty string, not {salt!r}")
-            yield {"text": text, "line": number, "arrival_s": arrival, "chat": chat,
+            yield {"text": text, "line": number, "arrival_s": arrival, "chat": chat, "ids": ids,
                    "tenant": None if tenant is None else str(tenant), "salt": salt}
         except AuditInputError as error:
             if not skip_bad:
@@ -226,11 +235,14 @@ def tokenize_batch(batch: list[dict], encoder: TokenEncoder, bad: BadLines, *, l
     """The good records of one batch (good_records) with their token ids (`arrays`: as numpy arrays); one longer
     than `limit` tokens is a bad record too, handed to `bad`."""
     ids_of = encoder.arrays if arrays else encoder.ids
-    plain = iter(ids_of([g["text"] for g in batch if not g["chat"]]))
+    plain = iter(ids_of([g["text"] for g in batch if not g["chat"] and g["ids"] is None]))
     chats = iter(ids_of([g["text"] for g in batch if g["chat"]], add_special_tokens=False))
     kept = []
     for g in batch:
-        ids = next(chats) if g["chat"] else next(plain)
+        if g["ids"] is not None:
+            ids = np.asarray(g["ids"], dtype=np.int64) if arrays else list(g["ids"])
+        else:
+            ids = next(chats) if g["chat"] else next(plain)
         if limit and len(ids) > limit:
             bad.reject(f"{bad.path}:{g['line']}: {len(ids)} tokens, longer than the model's context of {limit}; "
                        "shorten it, or audit with a model whose context holds it (--model)")
@@ -266,9 +278,14 @@ def read_prompts(path: str | Path, tokenizer, *, max_model_len: int | None = Non
         raise AuditInputError(f"{path}: nothing to audit, every prompt is longer than the model's context")
     order = sorted(range(len(kept)), key=lambda i: arrival_key(kept[i][0]["arrival_s"], i))
     kept = [kept[i] for i in order]
-    return Prompts(str(path), [g["text"] for g, _ in kept], [ids for _, ids in kept], [g["line"] for g, _ in kept],
+    return prompts_from(str(path), kept, skipped)
+
+
+def prompts_from(path: str, kept: list[tuple[dict, list[int]]], skipped: list[str]) -> Prompts:
+    """Prompts from good records (good_records) paired with their token ids, in replay order."""
+    return Prompts(path, [g["text"] for g, _ in kept], [ids for _, ids in kept], [g["line"] for g, _ in kept],
                    [g["tenant"] for g, _ in kept], [g["salt"] for g, _ in kept], skipped,
-                   [g["arrival_s"] for g, _ in kept], [g["chat"] for g, _ in kept])
+                   [g["arrival_s"] for g, _ in kept], [g["chat"] for g, _ in kept], [g["ids"] is not None for g, _ in kept])
 
 
 def encode(encoder: TokenEncoder, texts: Sequence[str]) -> list[list[int]]:

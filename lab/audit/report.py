@@ -178,7 +178,8 @@ def terminal_summary(result: AuditResult) -> str:
     lines += [f"  breaks sharing: '{short(f.label)}' ({f.kind}, e.g. {short(f.examples[0])!r}) about "
               f"{f.median_token_position} tokens in, in {f.prompts} prompts; moved to the end: {f.hit_rate_before:.1%} "
               f"-> {f.hit_rate_after:.1%}" for f in r.fields] or \
-        ["  breaks sharing: no field whose move to the end raises the hit rate by a point or more"]
+        ["  breaks sharing: not searched (the log gives token ids, and the field search moves lines of text)"
+         if r.field_sample == 0 else "  breaks sharing: no field whose move to the end raises the hit rate by a point or more"]
     lines += breaker_lines(r.breakers) if r.breakers else []
     lines.append(_projection_line(r))
     if c := r.confirmation:

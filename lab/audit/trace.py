@@ -31,6 +31,7 @@ from lab.audit.prompts import (
     Prompts,
     arrival_key,
     good_records,
+    prompts_from,
     raise_nothing_to_audit,
     raw_records,
     tokenize_batch,
@@ -140,9 +141,7 @@ class _FirstArrivals:
 
     def prompts(self, path: str) -> Prompts:
         kept = [(entry, ids.tolist()) for _, entry, ids in sorted(self.heap, reverse=True)]
-        return Prompts(path, [g["text"] for g, _ in kept], [ids for _, ids in kept], [g["line"] for g, _ in kept],
-                       [g["tenant"] for g, _ in kept], [g["salt"] for g, _ in kept], [],
-                       [g["arrival_s"] for g, _ in kept], [g["chat"] for g, _ in kept])
+        return prompts_from(path, kept, [])
 
 
 class _Requests:
