@@ -36,8 +36,8 @@ def parser() -> argparse.ArgumentParser:
     d = DEFAULTS
     cli = argparse.ArgumentParser(prog="python -m lab.audit", description=__doc__.split("\n\n")[0])
     cli.add_argument("prompts", help="JSONL (.jsonl, .jsonl.gz) or Parquet, or a folder or quoted glob of such shards "
-                     "read as one log: one {\"prompt\": ...} or {\"messages\": "
-                     "[...], \"tools\": [...]} or {\"token_ids\": [...]} (as the engine was sent them) per line; with \"timestamp\" (ISO 8601 or epoch seconds) or "
+                     "read as one log: one {\"prompt\": ...}, {\"messages\": [...], \"tools\": [...]} or "
+                     "{\"token_ids\": [...]} (as the engine was sent them) per line; with \"timestamp\" (ISO 8601 or epoch seconds) or "
                      "\"arrival_s\", replayed in arrival order; optional \"tenant\" and \"cache_salt\"")
     cli.add_argument("--model", default=d.model,
                      help="local Hugging Face model directory for the tokenizer (default: the lab's)")
