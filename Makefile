@@ -72,6 +72,8 @@ model: $(STAMP)
 	$(BIN)/python -m lab.core.model --preset $(PRESET)
 
 run: setup
+	@# a full run ends by promoting, which needs a Chrome for the figures: checked first, not after half an hour
+	@if [ "$(PROFILE)" = full ]; then $(BIN)/python -m lab.tools.promote --check; fi
 	$(BIN)/python -m lab.tools.runner --profile $(PROFILE)
 	@# a full run becomes the canonical one (make promote) and rewrites the generated parts of README.md and docs/RESULTS.md
 	@# from the canonical results, so the benchmarks it did not rerun keep their paragraphs

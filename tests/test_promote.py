@@ -118,3 +118,12 @@ def test_a_one_line_code_fix_marks_the_executed_copy_and_a_fresh_run_clears_it(t
     nbformat.write(nb, source)
     assert stale.mark(executed, source) is True
     assert [c.id for c in nbformat.read(executed, as_version=4).cells] == [c.id for c in ran.cells], "and it goes"
+
+
+def test_promoting_without_a_chrome_stops_before_anything_is_copied(monkeypatch, tmp_path):
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "no-chrome"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no chromium, chromium-browser or google-chrome on it
+    with pytest.raises(SystemExit, match="apt-get install chromium"):
+        promote.main(["--check"])
+    with pytest.raises(SystemExit, match="none was found"):
+        promote.main([])  # before it looks for runs, copies results or figures

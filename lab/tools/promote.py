@@ -27,7 +27,7 @@ from pathlib import Path
 import nbformat
 
 from lab import PROJECT_ROOT
-from lab.experiments.plots import COMMITTED_FIGURES_DIR, figures_dir
+from lab.experiments.plots import COMMITTED_FIGURES_DIR, figures_dir, find_chrome
 from lab.experiments.provenance import png_text
 from lab.experiments.results import CANONICAL_DIR, promote, results_dir
 from lab.tools import course_map
@@ -146,13 +146,27 @@ def promote_figures(runs: dict[str, str], source: Path, committed: Path = COMMIT
     return copied
 
 
+def require_chrome() -> None:
+    """Promoting draws each lesson's plotly figures as PNG (kaleido drives a Chrome): without one, say so before
+    anything is copied, and before `make run` spends half an hour on notebooks it could not promote."""
+    if find_chrome() is None:
+        raise SystemExit("make run / make promote: the canonical lessons show their figures as PNG, drawn by kaleido "
+                         "with Chromium, and none was found (BROWSER_PATH, or chromium, chromium-browser or "
+                         "google-chrome on the PATH). Debian: `apt-get install chromium`; or `make run PROFILE=quick`, "
+                         "which promotes nothing.")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.tools.promote", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="full", help="the profile whose runs become canonical (default: full)")
     parser.add_argument("--prose", action="store_true", help="only bring the executed lessons' markdown up to date")
+    parser.add_argument("--check", action="store_true", help="only check that promoting can run here (a Chrome)")
     args = parser.parse_args(argv)
     if args.prose:
         return refresh_all_prose()
+    require_chrome()
+    if args.check:
+        return 0
     profile = args.profile
     runs = finished_runs(profile)
     if not runs:

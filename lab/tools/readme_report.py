@@ -23,6 +23,7 @@ import pandas as pd
 from lab import PROJECT_ROOT
 from lab.core.model import MODELS_DIR, describe_model
 from lab.experiments import article
+from lab.experiments.findings import answer
 from lab.experiments.gains import amdahl_bound
 from lab.experiments.results import CANONICAL_DIR, hardware_line, load_latest, write_atomically
 from lab.tools.benchmark_report import benchmark_rows, cluster_lines
@@ -154,6 +155,15 @@ def block_size_answers(findings: pd.DataFrame) -> dict[str, str]:
     return {row.id.removeprefix("block_size."): shown(row.value) for row in findings.itertuples()}
 
 
+def finding_sentence(lesson: str, finding_id: str) -> str | None:
+    """A lesson's finding as the pages show it, "[verdict] sentence", by id (None where its run saved none)."""
+    try:
+        found = answer(lesson, finding_id)
+    except (FileNotFoundError, KeyError):
+        return None
+    return f"[{found.verdict}] {found.answer}"
+
+
 def results_context() -> dict:
     """Every number and table the Results section shows, from the latest results files."""
     offline, meta = load_latest("05_cache_on_vs_off-offline")
@@ -179,6 +189,7 @@ def results_context() -> dict:
             "online": online_context(online, online_meta["environment"], offline),
             "sweep_run_id": sweep_meta["run_id"], "block_sizes": block_size_answers(sizes),
             "audit": audit_context(), **parts,
+            "size_finding": finding_sentence("18_model_size", "model_size.noticeably_closer"),
             "claims": claims_context(), "headline": headline_context(offline, online),
             "figures": [(alt, f"{FIGURES_FROM_RESULTS}/{name}.png") for alt, name in figures]}
 
