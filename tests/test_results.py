@@ -113,3 +113,11 @@ def test_a_quick_run_never_stands_in_for_the_canonical_results(results_dir, monk
     monkeypatch.setenv("LAB_PROFILE", "full")
     save_results(pd.DataFrame({"x": [3]}), "demo", environment())
     assert results_module.load_latest_full_or_canonical("demo")[0]["x"].tolist() == [3], "a newer full run counts"
+
+
+def test_a_name_that_starts_another_does_not_read_its_files(results_dir):
+    save_results(pd.DataFrame({"gain": [2.9]}), "18_model_size", {"notebook": "18"})
+    save_results(pd.DataFrame({"id": ["model_size.noticeably_closer"]}), "18_model_size-findings", {"notebook": "18"})
+    table, meta = load_latest("18_model_size")
+    assert list(table.columns) == ["gain"] and meta["name"] == "18_model_size"
+    assert list(load_latest("18_model_size-findings")[0].columns) == ["id"]

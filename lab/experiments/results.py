@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from lab.paths import folder
 from lab.serving.backend import hardware
 
 CANONICAL_DIR = PROJECT_ROOT / "data" / "reference" / "results"
+RUN_STAMP = re.compile(r"\d{8}T\d{6}(-\d+)?")  # what save_results puts after a name: its run id, an attempt
 
 
 def results_dir() -> Path:
@@ -115,12 +117,18 @@ def _run_order(path: Path) -> tuple[str, int]:
     return stamp, attempt
 
 
+def runs_of(name: str, directory: Path) -> list[Path]:
+    """The results tables saved under exactly `name`: `name-<run id>.csv`, not a longer name that starts with it
+    (`18_model_size-findings-<run id>.csv` is not a run of `18_model_size`)."""
+    return [csv for csv in directory.glob(f"{name}-*.csv") if RUN_STAMP.fullmatch(csv.stem[len(name) + 1:])]
+
+
 def load_latest(name: str, directory: Path | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The most recent results table saved under `name` (in `directory`, default results_dir()), with its
     provenance. Runs are ordered by the run id in their file name (a timestamp), not by file times, which a
     fresh clone sets all alike."""
     directory = directory or results_dir()
-    candidates = sorted(directory.glob(f"{name}-*.csv"), key=_run_order)
+    candidates = sorted(runs_of(name, directory), key=_run_order)
     if not candidates:
         raise FileNotFoundError(f"no results named {name!r} under {directory}; run the notebook or `make run` first")
     latest = candidates[-1]
@@ -144,7 +152,7 @@ def load_latest_or_canonical(name: str) -> tuple[pd.DataFrame, dict[str, Any]]:
 def load_latest_full_or_canonical(name: str) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The newest full-profile run of `name` in the results folder in use (during `make run`: this run's), else
     the committed canonical one; a quick run's results never stand in for the canonical ones."""
-    full = [csv for csv in sorted(results_dir().glob(f"{name}-*.csv"), key=_run_order)
+    full = [csv for csv in sorted(runs_of(name, results_dir()), key=_run_order)
             if json.loads(csv.with_suffix(".json").read_text())["environment"].get("profile") == "full"]
     if full:
         return pd.read_csv(full[-1]), json.loads(full[-1].with_suffix(".json").read_text())

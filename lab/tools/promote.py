@@ -151,8 +151,8 @@ def require_chrome() -> None:
     anything is copied, and before `make run` spends half an hour on notebooks it could not promote."""
     if find_chrome() is None:
         raise SystemExit("make run / make promote: the canonical lessons show their figures as PNG, drawn by kaleido "
-                         "with Chromium, and none was found (BROWSER_PATH, or chromium, chromium-browser or "
-                         "google-chrome on the PATH). Debian: `apt-get install chromium`; or `make run PROFILE=quick`, "
+                         "with Chromium, and none was found (BROWSER_PATH, or chromium, chromium-browser, "
+                         "google-chrome or chrome on the PATH). Debian: `apt-get install chromium`; or `make run PROFILE=quick`, "
                          "which promotes nothing.")
 
 
