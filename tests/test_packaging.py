@@ -6,10 +6,12 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tomllib
+from importlib import metadata
+from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from lab import PROJECT_ROOT
 
@@ -33,6 +35,29 @@ def declared(requirements: list[str]) -> dict[str, str]:
 
 
 PROJECT = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+
+
+def runtime_closure(requirements: list[str]) -> dict[str, metadata.Distribution]:
+    """The installed distributions `requirements` need: each one and, in turn, what it requires (no extras)."""
+    found, todo = {}, [Requirement(r) for r in requirements]
+    while todo:
+        requirement = todo.pop()
+        name = re.sub(r"[-_.]+", "-", requirement.name).lower()
+        if name not in found:
+            found[name] = metadata.distribution(requirement.name)
+            todo += [r for r in map(Requirement, found[name].requires or [])
+                     if r.marker is None or r.marker.evaluate({"extra": ""})]
+    return found
+
+
+def runtime_site(site: Path) -> Path:
+    """A site directory holding links to the runtime dependencies' files only, taken from this environment."""
+    site.mkdir()
+    for dist in runtime_closure(PROJECT["dependencies"]).values():
+        for top in {f.parts[0] for f in dist.files or [] if f.parts[0] != ".."}:
+            if not (site / top).exists() and (source := Path(dist.locate_file(top))).exists():
+                (site / top).symlink_to(source)
+    return site
 
 
 def test_runtime_dependencies_and_the_course_extra_are_the_runtime_pins():
@@ -161,8 +186,9 @@ def test_git_holds_no_run_outputs_and_no_large_file():
 def test_pip_install_outside_the_checkout_gives_an_audit_that_reads_a_log(tmp_path, tok, write_jsonl):
     """`pip install .` into a new environment, run from a folder with no checkout around it: the audit reads a
     user's log with a tokenizer directory alone and writes its report under the working directory. The
-    package is built from a copy of pyproject.toml and lab/ only; its dependencies come from this environment
-    (PYTHONPATH, no download), so what is tested is the package itself."""
+    package is built from a copy of pyproject.toml and lab/ only. Its dependencies come from this environment
+    without a download, but only those pyproject.toml declares and what they require (`runtime_site`): an import
+    the package makes and does not declare fails here."""
     source, user = tmp_path / "source", tmp_path / "user"
     shutil.copytree(PROJECT_ROOT / "lab", source / "lab", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(PROJECT_ROOT / "pyproject.toml", source)
@@ -176,7 +202,7 @@ def test_pip_install_outside_the_checkout_gives_an_audit_that_reads_a_log(tmp_pa
     tok.save_pretrained(user / "tokenizer")  # the tokenizer files, no weights
     write_jsonl(user / "chats.jsonl", [{"prompt": "You answer questions about orders, politely and briefly. " * 12
                                                   + f"Where is order {i}?"} for i in range(12)])
-    deps = {"PYTHONPATH": sysconfig.get_paths()["purelib"], "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    deps = {"PYTHONPATH": str(runtime_site(tmp_path / "site")), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     where = subprocess.run([env_python, "-c", "import lab; print(lab.__file__)"], cwd=user, env=deps, check=True,
                            capture_output=True, text=True).stdout
     assert where.startswith(str(tmp_path / "env")), where
