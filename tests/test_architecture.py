@@ -146,7 +146,9 @@ WRITTEN_OUT = {  # over code_only's text: tokens joined by spaces, strings and c
     "1 / (1 - h): use amdahl_bound": re.compile(r"\b1(\.0)? / \( 1(\.0)? - [\w.]+( \[ \])? \)"),  # h, t.h or h["..."]
     # a set of requests' rate, summed over them; a single request's or window's share, row by row, is not this rule
     "a token hit rate: use token_hit_rate": re.compile(
-        r"(cached_tokens|\bhits)\.sum \( \) / [^/\n]{0,30}\b(prompt_tokens|queries)\b|sum \( [\w.]*cached_tokens \) / sum"),
+        r"(cached_tokens|\bhits)\.sum \( \) / [^/\n]{0,30}\b(prompt_tokens|queries)\b|sum \( [\w.]*cached_tokens \) / sum"
+        r"|\bcached(_tokens)?\.sum \( \) / [\w.]*(input_tokens|prompt_tokens|total)\b"  # cached.sum() / ...
+        r"|/ (max \( 1 , )?sum \( map \( len"),  # ... / sum(map(len, prompts)): tokens summed over prompts
 }
 
 

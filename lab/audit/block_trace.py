@@ -27,6 +27,7 @@ import pandas as pd
 from lab.audit import cluster
 from lab.audit.prompts import AuditInputError
 from lab.audit.replay import replay_chains
+from lab.core.block_hash import token_hit_rate
 
 MOONCAKE = {"format": "mooncake", "block_tokens": 512, "seconds_per_tick": 1e-3}
 BAILIAN = {"format": "bailian", "block_tokens": 16, "seconds_per_tick": 1.0}
@@ -208,7 +209,7 @@ def cached_tokens(trace: BlockTrace, kv_tokens: int | None) -> np.ndarray:
 
 def hit_rate(trace: BlockTrace, kv_tokens: int | None) -> float:
     """The token hit rate (cached / input tokens) of the replay."""
-    return float(cached_tokens(trace, kv_tokens).sum() / trace.input_tokens.sum())
+    return token_hit_rate(cached_tokens(trace, kv_tokens), trace.input_tokens)
 
 
 def capacity_curve(trace: BlockTrace, capacities: list[int] | np.ndarray, progress: bool = False) -> pd.DataFrame:
@@ -234,8 +235,7 @@ def tier_table(trace: BlockTrace, kv_tokens: int, tier_tokens: list[int]) -> pd.
     rows = []
     for size in tier_tokens:
         pool = ChainPool(pool_blocks(trace, kv_tokens), trace.block_tokens, tier_blocks=int(size) // trace.block_tokens)
-        cached = sum(pool.serve(chain, int(n)) for chain, n in zip(trace.chains, trace.input_tokens))
-        total = int(trace.input_tokens.sum())
-        rows.append({"kv_tokens": kv_tokens, "tier_tokens": int(size), "hit_rate": cached / total,
-                     "from_tier": pool.tier_hits * trace.block_tokens / total})
+        cached = [pool.serve(chain, int(n)) for chain, n in zip(trace.chains, trace.input_tokens)]
+        rows.append({"kv_tokens": kv_tokens, "tier_tokens": int(size), "hit_rate": token_hit_rate(cached, trace.input_tokens),
+                     "from_tier": pool.tier_hits * trace.block_tokens / int(trace.input_tokens.sum())})
     return pd.DataFrame(rows)

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from lab.audit.prompts import AuditInputError
-from lab.core.block_hash import REPLAY_HASH, blocks_needed, hittable_blocks, kv_blocks
+from lab.core.block_hash import REPLAY_HASH, blocks_needed, hittable_blocks, kv_blocks, token_hit_rate
 from lab.core.prefix_cache import PrefixCache
 from lab.core.radix_cache import RadixCache
 
@@ -19,12 +19,12 @@ def replay_hit_rate(token_ids: Sequence[Sequence[int]], block_size: int, kv_toke
     """Token hit rate of the prompts replayed one at a time, in order, through one `PrefixCache` holding
     `kv_tokens` tokens (least recently used blocks evicted first, as in vLLM)."""
     cache = PrefixCache(num_blocks=kv_blocks(kv_tokens, block_size), block_size=block_size, hash_algo=REPLAY_HASH)
-    return sum(cache.replay(token_ids, salts)) / sum(map(len, token_ids))
+    return token_hit_rate(cache.replay(token_ids, salts), [len(ids) for ids in token_ids])
 
 
 def radix_hit_rate(token_ids: Sequence[Sequence[int]], kv_tokens: int) -> float:
     """The same replay through a token-granular radix tree of the same capacity: what blocks cost."""
-    return sum(RadixCache(capacity_tokens=kv_tokens).replay(token_ids)) / sum(map(len, token_ids))
+    return token_hit_rate(RadixCache(capacity_tokens=kv_tokens).replay(token_ids), [len(ids) for ids in token_ids])
 
 
 def check_capacity(lengths: Sequence[int], kv_tokens: int, lines: Sequence[int], path: str) -> None:

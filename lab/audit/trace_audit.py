@@ -20,6 +20,7 @@ from lab.audit import cluster
 from lab.audit.block_trace import BlockTrace, cached_tokens, capacity_curve, first_requests, read_block_trace
 from lab.audit.settings import AuditSettings
 from lab.audit.trace_fleet import fleet_table
+from lab.core.block_hash import token_hit_rate
 from lab.experiments.results import write_atomically
 from lab.paths import folder
 
@@ -95,7 +96,7 @@ def _audit_trace(path: str | Path, settings: AuditSettings) -> TraceAudit:
     curve = capacity_curve(head, CURVE_TOKENS, progress=settings.progress)
     return TraceAudit(source=str(path), format=trace.format, block_tokens=trace.block_tokens, requests=len(trace),
                       input_tokens=int(trace.input_tokens.sum()), span_s=float(trace.arrival_s[-1]),
-                      kv_tokens=settings.kv_tokens, hit_rate=float(cached.sum() / trace.input_tokens.sum()),
+                      kv_tokens=settings.kv_tokens, hit_rate=token_hit_rate(cached, trace.input_tokens),
                       max_hit_rate=float(curve.max_hit_rate.iloc[0]), curve=curve, curve_requests=len(head),
                       windows=windows(trace, cached), fleet=fleet_table(head, settings.replicas, settings.kv_tokens))
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from lab.audit.block_trace import BlockTrace, cached_tokens, read_block_trace
+from lab.core.block_hash import token_hit_rate
 from lab.experiments.results import write_atomically
 from lab.experiments.serving_bench import bench_serve
 from lab.serving.server import VLLMServer
@@ -78,6 +79,6 @@ def engine_replay(server: VLLMServer, path: str | Path, *, tokens_per_id: int, k
                       dataset_path=Path(path), seed=seed, output_tokens=1, extra_args=extra)
     return EngineReplay(requests=len(trace), prompt_tokens=int(trace.input_tokens.sum()),
                         engine_hit_rate=float(row["hit_rate"]),
-                        predicted_hit_rate=float(cached.sum() / trace.input_tokens.sum()),
+                        predicted_hit_rate=token_hit_rate(cached, trace.input_tokens),
                         concurrency="one at a time" if one_at_a_time else "as timed",
                         p50_ttft_ms=float(row["p50_ttft_ms"]))

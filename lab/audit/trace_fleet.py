@@ -52,8 +52,7 @@ def route(trace: BlockTrace, nodes: int, kv_tokens_per_node: int, policy: str, s
         raise ValueError(f"policy={policy!r}: choose one of {', '.join(ROUTING)}")
     if nodes < 1:
         raise ValueError(f"nodes={nodes!r}: a fleet needs at least one node")
-    longest = int(np.max(-(-trace.input_tokens // trace.block_tokens)))
-    pools = [ChainPool(max(kv_tokens_per_node // trace.block_tokens, longest), trace.block_tokens)
+    pools = [ChainPool(max(kv_tokens_per_node // trace.block_tokens, trace.longest_request_blocks), trace.block_tokens)
              for _ in range(nodes)]
     computed, rng, rows = [0] * nodes, random.Random(seed), []
     for turn, (chain, length) in enumerate(zip(trace.chains, trace.input_tokens.tolist())):
@@ -90,8 +89,7 @@ def eviction_table(trace: BlockTrace, capacities, policies=("lru", "lfu", "prote
     """The token hit rate each eviction policy keeps on one pool at each capacity (tokens). `requests_changed`: the
     requests whose cached tokens differ from the first policy's (0: on this trace the policy never chose otherwise);
     `raised_to_admit`: the pool was raised to hold the longest request (no engine admits it at that capacity)."""
-    total = int(trace.input_tokens.sum())
-    longest = int(np.max(-(-trace.input_tokens // trace.block_tokens)))
+    longest = trace.longest_request_blocks
     rows = []
     for capacity in capacities:
         blocks = max(int(capacity) // trace.block_tokens, longest)
@@ -100,7 +98,7 @@ def eviction_table(trace: BlockTrace, capacities, policies=("lru", "lfu", "prote
             pool = ChainPool(blocks, trace.block_tokens, policy)
             served[policy] = np.array([pool.serve(c, n) for c, n in zip(trace.chains, trace.input_tokens.tolist())])
         first = served[policies[0]]
-        rows += [{"kv_tokens": int(capacity), "policy": policy, "hit_rate": cached.sum() / total,
+        rows += [{"kv_tokens": int(capacity), "policy": policy, "hit_rate": token_hit_rate(cached, trace.input_tokens),
                   "requests_changed": int((cached != first).sum()),
                   "raised_to_admit": blocks * trace.block_tokens > int(capacity)} for policy, cached in served.items()]
     return pd.DataFrame(rows)

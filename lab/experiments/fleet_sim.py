@@ -284,15 +284,13 @@ def upper_bound_hit_rate(requests: Sequence[Sequence[int]], block_size: int) -> 
     """The token hit rate of one prefix cache that never evicts: every full block seen before is a hit (and,
     as in vLLM, the last prompt token is always computed). No routing policy can beat it."""
     seen: set[int] = set()
-    hits = total = 0
+    cached = []
     for token_ids in requests:
-        parent, matching, cached = 0, True, 0
-        for start in range(0, len(token_ids) - block_size + 1, block_size):
+        parent, matching, hits, hittable = 0, True, 0, hittable_blocks(len(token_ids), block_size)
+        for block, start in enumerate(range(0, len(token_ids) - block_size + 1, block_size)):
             parent = hash((parent, tuple(token_ids[start:start + block_size])))
-            if matching and parent in seen and start + block_size < len(token_ids):
-                cached += block_size
-            else:
-                matching = False
+            matching = matching and parent in seen and block < hittable
+            hits += block_size if matching else 0
             seen.add(parent)
-        hits, total = hits + cached, total + len(token_ids)
-    return hits / total
+        cached.append(hits)
+    return token_hit_rate(cached, [len(token_ids) for token_ids in requests])

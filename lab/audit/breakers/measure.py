@@ -15,7 +15,7 @@ from lab.audit.breakers.requests import Detection, Renderer, Request, changed, r
 from lab.audit.projection import Projection, project
 from lab.audit.prompts import Prompts
 from lab.audit.settings import AuditSettings
-from lab.core.block_hash import REPLAY_HASH, kv_blocks
+from lab.core.block_hash import REPLAY_HASH, kv_blocks, token_hit_rate
 from lab.core.prefix_cache import PrefixCache
 
 
@@ -90,7 +90,7 @@ class _State:
 
     @property
     def hit_rate(self) -> float:
-        return sum(self.cached) / max(1, sum(map(len, self.ids)))
+        return token_hit_rate(self.cached, [len(ids) for ids in self.ids]) if self.ids else 0.0
 
 
 class _Replay:
