@@ -143,7 +143,8 @@ def test_nothing_points_outside_the_repository():
 # rate in lab.core.block_hash.token_hit_rate. Written out anywhere else, two copies can drift apart.
 RULE_HOMES = {"lab.experiments.gains", "lab.core.block_hash"}
 WRITTEN_OUT = {  # over code_only's text: tokens joined by spaces, strings and comments gone
-    "1 / (1 - h): use amdahl_bound": re.compile(r"\b1(\.0)? / \( 1(\.0)? - [\w.]+( \[ \])? \)"),  # h, t.h or h["..."]
+    "1 / (1 - h): use amdahl_bound": re.compile(  # h, t.h or h["..."]; or tokens / (tokens - cached)
+        r"\b1(\.0)? / \( 1(\.0)? - [\w.]+( \[ \])? \)|\b(?P<tokens>[\w.]+) / \( (?P=tokens) - [\w.]+ \)"),
     # a set of requests' rate, summed over them; a single request's or window's share, row by row, is not this rule
     "a token hit rate: use token_hit_rate": re.compile(
         r"(cached_tokens|\bhits)\.sum \( \) / [^/\n]{0,30}\b(prompt_tokens|queries)\b|sum \( [\w.]*cached_tokens \) / sum"
