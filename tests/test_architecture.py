@@ -180,8 +180,7 @@ OVER_MAX_PARAMETERS = {
     "lab.audit.trace_engine.engine_replay", "lab.experiments.bench.time_sim_policies",
     "lab.experiments.capacity.capacity_row",
     "lab.experiments.cost_model.capacity", "lab.experiments.measure.run_workload",
-    "lab.experiments.serving_bench.bench_args", "lab.experiments.serving_bench.bench_serve",
-    "lab.experiments.serving_bench.find_capacity", "lab.experiments.verdict.within_tolerance",
+    "lab.experiments.verdict.within_tolerance",
     "lab.experiments.verdict.timing_check", "lab.serving.client.complete_concurrently",
     "lab.serving.failover.run_with_fault", "lab.serving.routing.route_workload",
 }

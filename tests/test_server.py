@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from lab.core.model import ensure_model
-from lab.experiments.serving_bench import bench_serve, export_custom_dataset, sweep_rates, unloaded_run
+from lab.experiments.serving_bench import Search, Sent, bench_serve, export_custom_dataset, sweep_rates, unloaded_run
 from lab.serving.client import complete_concurrently, stream_completion
 from lab.serving.metrics import parse_metrics, scraping
 from lab.serving.processes import ServerStartError
@@ -84,18 +84,18 @@ def test_serves_streams_and_reports_cached_tokens(server, write_jsonl):
 @pytest.mark.engine
 def test_a_run_reports_ttft_and_the_servers_hit_rate(server, dataset):
     server.reset_prefix_cache()
-    row = bench_serve(server, request_rate=math.inf, num_prompts=6, output_tokens=4, dataset_path=dataset)
+    row = bench_serve(server, Sent(dataset_path=dataset, output_tokens=4), request_rate=math.inf, num_prompts=6)
     assert row["completed"] == 6 and row["p99_ttft_ms"] >= row["p50_ttft_ms"] > 0
     assert 0.5 < row["hit_rate"] < 1, "six prompts behind one long shared text"
     server.reset_prefix_cache()
-    again = unloaded_run(server, num_prompts=6, output_tokens=4, dataset_path=dataset)
+    again = unloaded_run(server, Sent(dataset_path=dataset, output_tokens=4), num_prompts=6)
     assert again["hit_rate"] == pytest.approx(row["hit_rate"]), "after a reset the cache starts empty again"
 
 
 @pytest.mark.engine
 def test_a_sweep_offers_the_rates_asked_for(server, dataset):
-    sweep = sweep_rates(server, [4, 12], seconds_per_rate=0.5, min_prompts=4, output_tokens=2, dataset_path=dataset,
-                        progress=False)
+    sweep = sweep_rates(server, Sent(dataset_path=dataset, output_tokens=2), [4, 12], seconds_per_rate=0.5,
+                        min_prompts=4, progress=False)
     assert sweep.request_rate.tolist() == [4, 12] and sweep.num_prompts.tolist() == [4, 6]
     assert sweep.offered_rate.map(math.isfinite).all(), "arrivals spread over time, not all at once"
     assert (sweep.hit_rate > 0).all(), "the dataset's prompts share a prefix"
@@ -104,18 +104,20 @@ def test_a_sweep_offers_the_rates_asked_for(server, dataset):
 @pytest.mark.engine
 def test_bad_input_fails_before_the_benchmark(server, dataset, tmp_path):
     with pytest.raises(ValueError, match="request_rate=0"):
-        bench_serve(server, request_rate=0, num_prompts=2, dataset_path=dataset)
+        bench_serve(server, Sent(dataset_path=dataset), request_rate=0, num_prompts=2)
     with pytest.raises(ValueError, match="dataset='sharegpt'"):
-        bench_serve(server, request_rate=1, num_prompts=2, dataset="sharegpt")
+        Sent(dataset="sharegpt")
+    with pytest.raises(ValueError, match="output_tokens"):
+        Sent(dataset_path=dataset, output_tokens=0)
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        bench_serve(server, request_rate=1, num_prompts=2, dataset_path=tmp_path / "none.jsonl")
+        bench_serve(server, Sent(dataset_path=tmp_path / "none.jsonl"), request_rate=1, num_prompts=2)
     with pytest.raises(ValueError, match="holds 12 prompts but num_prompts=20"):
-        bench_serve(server, request_rate=1, num_prompts=20, dataset_path=dataset)
+        bench_serve(server, Sent(dataset_path=dataset), request_rate=1, num_prompts=20)
     long = export_custom_dataset(["word " * 2000], tmp_path / "long.jsonl")
     with pytest.raises(ValueError, match=r"long.jsonl line 1: a prompt of \d+ tokens .* context of 1024"):
-        bench_serve(server, request_rate=1, num_prompts=1, dataset_path=long)
+        bench_serve(server, Sent(dataset_path=long), request_rate=1, num_prompts=1)
     with pytest.raises(ValueError, match="rates is empty"):
-        sweep_rates(server, [], seconds_per_rate=1, dataset_path=dataset)
+        sweep_rates(server, Sent(dataset_path=dataset), [], seconds_per_rate=1)
 
 
 @pytest.mark.engine
@@ -218,7 +220,7 @@ def test_free_ports_come_from_outside_the_kernels_ephemeral_range():
 def test_a_server_that_is_not_up_is_named(dataset):
     idle = VLLMServer(block_size=32)
     with pytest.raises(RuntimeError, match="is not up"):
-        bench_serve(idle, request_rate=1, num_prompts=2, dataset_path=dataset)
+        bench_serve(idle, Sent(dataset_path=dataset), request_rate=1, num_prompts=2)
     with pytest.raises(RuntimeError, match="dev_endpoints=True"):
         idle.reset_prefix_cache()
 
@@ -242,12 +244,12 @@ def test_find_capacity_bisects_to_within_the_tolerance(monkeypatch):
             Server.resets += 1
 
     calls = []
-    monkeypatch.setattr(serving_bench, "bench_serve", lambda server, request_rate, num_prompts, **bench:
+    monkeypatch.setattr(serving_bench, "bench_serve", lambda server, sent, request_rate, num_prompts, **_:
                         calls.append(request_rate) or {"p99_ttft_ms": 10.0 * request_rate, "failed": 0})
-    rate, runs = serving_bench.find_capacity(Server(), 137.0, low=4, high=8, seconds_per_rate=1)
+    rate, runs = serving_bench.find_capacity(Server(), Sent(), 137.0, Search(low=4, high=8, seconds_per_rate=1))
     assert 13.7 / 1.1 <= rate <= 13.7 and len(runs) == len(calls) == Server.resets
     assert len(set(calls)) == len(calls), "no rate is run twice"
-    assert serving_bench.find_capacity(Server(), 5.0, low=4, high=8, seconds_per_rate=1)[0] == 0.0
+    assert serving_bench.find_capacity(Server(), Sent(), 5.0, Search(low=4, high=8, seconds_per_rate=1))[0] == 0.0
 
 
 def test_the_bracket_comes_from_the_sweeps_first_miss():
@@ -270,12 +272,12 @@ def test_a_search_seeded_with_the_sweeps_bracket_stays_inside_it(monkeypatch):
             pass
 
     calls = []
-    monkeypatch.setattr(serving_bench, "bench_serve", lambda server, request_rate, num_prompts, **bench:
+    monkeypatch.setattr(serving_bench, "bench_serve", lambda server, sent, request_rate, num_prompts, **_:
                         calls.append(request_rate) or {"p99_ttft_ms": 1e9, "failed": 0})
     sweep = pd.DataFrame({"request_rate": [4, 8, 16], "p99_ttft_ms": [10, 20, 90]})
     known = bracket_results(sweep, 50)
     assert known == {8: True, 16: False}
-    rate, _ = serving_bench.find_capacity(Server(), 50, low=8, high=16, seconds_per_rate=1, known=known)
+    rate, _ = serving_bench.find_capacity(Server(), Sent(), 50, Search(low=8, high=16, seconds_per_rate=1, known=known))
     assert rate == 8 and 8 not in calls and 16 not in calls and all(8 < r < 16 for r in calls)
-    assert serving_bench.find_capacity(Server(), 50, low=8, high=16, seconds_per_rate=1)[0] == 0.0
+    assert serving_bench.find_capacity(Server(), Sent(), 50, Search(low=8, high=16, seconds_per_rate=1))[0] == 0.0
     assert bracket_results(sweep, 5) == {4: False}, "an end the sweep did not run is not a verdict"

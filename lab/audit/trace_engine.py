@@ -19,7 +19,7 @@ import numpy as np
 from lab.audit.block_trace import BlockTrace, cached_tokens, read_block_trace
 from lab.core.block_hash import token_hit_rate
 from lab.experiments.results import write_atomically
-from lab.experiments.serving_bench import bench_serve
+from lab.experiments.serving_bench import Sent, bench_serve
 from lab.serving.server import VLLMServer
 
 
@@ -75,8 +75,8 @@ def engine_replay(server: VLLMServer, path: str | Path, *, tokens_per_id: int, k
     extra = ["--timed-trace-chunk-hash-size", str(tokens_per_id), "--timed-trace-sec-multiplier", str(sec_multiplier)]
     if one_at_a_time:
         extra += ["--max-concurrency", "1"]
-    row = bench_serve(server, request_rate=math.inf, num_prompts=len(trace), dataset="timed_trace",
-                      dataset_path=Path(path), seed=seed, output_tokens=1, extra_args=extra)
+    sent = Sent(dataset="timed_trace", dataset_path=Path(path), output_tokens=1, seed=seed, extra_args=extra)
+    row = bench_serve(server, sent, request_rate=math.inf, num_prompts=len(trace))
     return EngineReplay(requests=len(trace), prompt_tokens=int(trace.input_tokens.sum()),
                         engine_hit_rate=float(row["hit_rate"]),
                         predicted_hit_rate=token_hit_rate(cached, trace.input_tokens),

@@ -3,7 +3,7 @@ rates, and the prefix-cache hit rate the benchmark does not report (read from th
 
     with VLLMServer(block_size=32, dev_endpoints=True) as server:     # dev endpoints: the cache is emptied per rate
         path = export_custom_dataset(workload.prompts, tmp / "prompts.jsonl")
-        sweep = sweep_rates(server, [2, 4, 8], seconds_per_rate=5, dataset_path=path, output_tokens=16)
+        sweep = sweep_rates(server, Sent(dataset_path=path, output_tokens=16), [2, 4, 8], seconds_per_rate=5)
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,40 @@ from lab.serving.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
 from lab.serving.server import VLLMServer
 
 HITS, QUERIES = PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
+DATASETS = {"custom": "a lab workload, see export_custom_dataset", "prefix_repetition": "vLLM's synthetic shared prefixes",
+            "timed_trace": "a block-hash trace"}
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What vLLM's client sends in every run: the dataset (`custom` reads the prompts at `dataset_path`), the
+    output tokens per request, the client's seed and any further `vllm bench serve` flags."""
+    dataset: str = "custom"
+    dataset_path: str | Path | None = None
+    output_tokens: int = 16
+    seed: int = 0
+    extra_args: Sequence[str] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.dataset not in DATASETS:
+            raise ValueError(f"dataset={self.dataset!r}: use " + ", ".join(f"'{k}' ({v})" for k, v in DATASETS.items()))
+        positive_int("output_tokens", self.output_tokens)
+
+    def with_flags(self, *flags: str) -> Sent:
+        return Sent(self.dataset, self.dataset_path, self.output_tokens, self.seed, [*self.extra_args, *flags])
+
+
+@dataclass(frozen=True)
+class Search:
+    """A capacity search (`find_capacity`): the bracket to start from, each run's length, and when to stop.
+    `known`: rates already measured (rate -> met the target), e.g. a sweep's bracket ends (`bracket_results`)."""
+    low: float
+    high: float
+    seconds_per_rate: float
+    tolerance: float = 0.10
+    min_prompts: int = 8
+    max_runs: int = 12
+    known: dict[float, bool] | None = None
 
 
 def export_custom_dataset(prompts: Sequence[str], path: str | Path, *, overwrite: bool = False) -> Path:
@@ -69,43 +104,37 @@ def check_dataset(server: VLLMServer, dataset_path: Path, num_prompts: int, outp
                              f"output_tokens={output_tokens} exceeds the server's context of {limit} tokens")
 
 
-def bench_args(server: VLLMServer, *, dataset: str, dataset_path: Path | None, num_prompts: int,
-               request_rate: float, output_tokens: int, seed: int, extra_args: Sequence[str]) -> list[str]:
+def bench_args(server: VLLMServer, sent: Sent, *, num_prompts: int, request_rate: float) -> list[str]:
     args = ["--backend", "vllm", "--base-url", server.url, "--model", server.model_path,
             "--served-model-name", server.model_name, "--tokenizer", server.model_path,
-            "--dataset-name", dataset, "--num-prompts", str(num_prompts), "--request-rate", str(request_rate),
-            "--seed", str(seed), "--ignore-eos", "--temperature", "0", "--disable-tqdm", "--save-detailed",
+            "--dataset-name", sent.dataset, "--num-prompts", str(num_prompts), "--request-rate", str(request_rate),
+            "--seed", str(sent.seed), "--ignore-eos", "--temperature", "0", "--disable-tqdm", "--save-detailed",
             "--percentile-metrics", "ttft,e2el", "--metric-percentiles", "50,99"]
-    if dataset == "custom":
-        args += ["--dataset-path", str(dataset_path), "--custom-output-len", str(output_tokens),
+    if sent.dataset == "custom":
+        args += ["--dataset-path", str(sent.dataset_path), "--custom-output-len", str(sent.output_tokens),
                  "--skip-chat-template"]
-    elif dataset == "prefix_repetition":
-        args += ["--prefix-repetition-output-len", str(output_tokens)]
-    elif dataset == "timed_trace":  # a block-hash trace: its own lengths and arrival times (lab.audit.trace_engine)
-        args += ["--dataset-path", str(dataset_path)]
-    return args + list(extra_args)
+    elif sent.dataset == "prefix_repetition":
+        args += ["--prefix-repetition-output-len", str(sent.output_tokens)]
+    elif sent.dataset == "timed_trace":  # a block-hash trace: its own lengths and arrival times (lab.audit.trace_engine)
+        args += ["--dataset-path", str(sent.dataset_path)]
+    return args + list(sent.extra_args)
 
 
-def bench_serve(server: VLLMServer, *, request_rate: float, num_prompts: int, output_tokens: int = 16,
-                dataset: str = "custom", dataset_path: str | Path | None = None, seed: int = 0,
-                extra_args: Sequence[str] = (), allow_failures: bool = False) -> dict[str, Any]:
-    """One `vllm bench serve` run at `request_rate` (Poisson arrivals), as one row: TTFT percentiles,
-    throughput, goodput (with `--goodput` in extra_args) and the token hit rate from the server's /metrics.
+def bench_serve(server: VLLMServer, sent: Sent, *, request_rate: float, num_prompts: int,
+                allow_failures: bool = False) -> dict[str, Any]:
+    """One `vllm bench serve` run of `sent` at `request_rate` (Poisson arrivals), as one row: TTFT percentiles,
+    throughput, goodput (with `--goodput` in its extra_args) and the token hit rate from the server's /metrics.
     A request that failed raises, unless `allow_failures` (then the row counts them in `failed`)."""
     check_rate(request_rate)
     positive_int("num_prompts", num_prompts)
-    if dataset not in ("custom", "prefix_repetition", "timed_trace"):
-        raise ValueError(f"dataset={dataset!r}: use 'custom' (a lab workload, see export_custom_dataset), "
-                         "'prefix_repetition' (vLLM's synthetic shared prefixes) or 'timed_trace' (a block-hash trace)")
     if not server.healthy():
         raise RuntimeError(f"the server at {server.url} is not up; start it first (`with VLLMServer(...) as server:`)")
-    if dataset == "custom":
-        dataset_path = Path(dataset_path) if dataset_path is not None else Path("missing")
-        check_dataset(server, dataset_path, num_prompts, output_tokens)
+    if sent.dataset == "custom":
+        path = Path(sent.dataset_path) if sent.dataset_path is not None else Path("missing")
+        check_dataset(server, path, num_prompts, sent.output_tokens)
     before = server.metrics()
-    result, printed = vllm_internals.bench_serve(bench_args(
-        server, dataset=dataset, dataset_path=dataset_path, num_prompts=num_prompts, request_rate=request_rate,
-        output_tokens=output_tokens, seed=seed, extra_args=extra_args))
+    result, printed = vllm_internals.bench_serve(bench_args(server, sent, num_prompts=num_prompts,
+                                                            request_rate=request_rate))
     after = server.metrics()
     sent = len(result["input_lens"])  # prefix_repetition makes num_prompts // num_prefixes per prefix
     if result["completed"] < sent and not allow_failures:
@@ -131,8 +160,8 @@ def bench_serve(server: VLLMServer, *, request_rate: float, num_prompts: int, ou
     }
 
 
-def sweep_rates(server: VLLMServer, rates: Sequence[float], *, seconds_per_rate: float, min_prompts: int = 8,
-                progress: bool = True, **bench: Any) -> pd.DataFrame:
+def sweep_rates(server: VLLMServer, sent: Sent, rates: Sequence[float], *, seconds_per_rate: float,
+                min_prompts: int = 8, progress: bool = True) -> pd.DataFrame:
     """`bench_serve` at each rate, lowest first, each from an empty prefix cache and lasting about
     `seconds_per_rate` (rate x seconds prompts, at least `min_prompts`); one row per rate."""
     if not rates:
@@ -147,45 +176,43 @@ def sweep_rates(server: VLLMServer, rates: Sequence[float], *, seconds_per_rate:
     for rate in tqdm(sorted(rates), desc="request rates", disable=not progress, leave=False):
         server.reset_prefix_cache()
         num_prompts = max(min_prompts, math.ceil(rate * seconds_per_rate))
-        rows.append(bench_serve(server, request_rate=rate, num_prompts=num_prompts, **bench) | {"num_prompts": num_prompts})
+        rows.append(bench_serve(server, sent, request_rate=rate, num_prompts=num_prompts) | {"num_prompts": num_prompts})
     return pd.DataFrame(rows)
 
 
-def unloaded_run(server: VLLMServer, *, num_prompts: int, **bench: Any) -> dict[str, Any]:
+def unloaded_run(server: VLLMServer, sent: Sent, *, num_prompts: int) -> dict[str, Any]:
     """One `bench_serve` row with one request in flight at a time (no queueing), from an empty cache."""
     server.reset_prefix_cache()
-    return bench_serve(server, request_rate=math.inf, num_prompts=num_prompts,
-                       extra_args=[*bench.pop("extra_args", ()), "--max-concurrency", "1"], **bench)
+    return bench_serve(server, sent.with_flags("--max-concurrency", "1"), request_rate=math.inf, num_prompts=num_prompts)
 
 
-def find_capacity(server: VLLMServer, target_ms: float, *, low: float, high: float, seconds_per_rate: float,
-                  tolerance: float = 0.10, min_prompts: int = 8, max_runs: int = 12, known: dict[float, bool] | None = None,
-                  **bench: Any) -> tuple[float, pd.DataFrame]:
-    """The highest request rate whose p99 TTFT meets `target_ms`, to within `tolerance`: the bracket
+def find_capacity(server: VLLMServer, sent: Sent, target_ms: float, search: Search) -> tuple[float, pd.DataFrame]:
+    """The highest request rate whose p99 TTFT meets `target_ms`, to within `search.tolerance`: the bracket
     [`low`, `high`] is first checked (and widened by halving or doubling until `low` meets the target and `high`
     misses it), then split at its geometric middle until high / low <= 1 + tolerance. Each run starts from an
     empty prefix cache and lasts about `seconds_per_rate`; a run in which a request failed (vLLM's client
     reported no first token) misses the target. Returns the rate (0.0 if even a rate the size of one request
-    per `seconds_per_rate` misses) and every run. `known`: rates already measured (rate -> met the target), e.g. the
-    sweep's bracket ends (`bracket_results`): they are not run again, so the search stays inside that bracket and
-    never reports less than a rate the sweep saw pass."""
-    number_in("tolerance", tolerance, 0, 1, "a fraction, e.g. 0.1 for capacity to within 10%", ends="(]")
+    per `seconds_per_rate` misses) and every run. The rates in `search.known` are not run again, so a search
+    seeded with a sweep's bracket stays inside it and never reports less than a rate the sweep saw pass."""
+    number_in("tolerance", search.tolerance, 0, 1, "a fraction, e.g. 0.1 for capacity to within 10%", ends="(]")
     runs: list[dict[str, Any]] = []
-    known = dict(known or {})
+    known = dict(search.known or {})
 
     def meets(rate: float) -> bool:
         if rate in known:
             return known[rate]
-        if len(runs) >= max_runs:
-            raise RuntimeError(f"no capacity to within {tolerance:.0%} after {max_runs} runs; widen max_runs or tolerance")
+        if len(runs) >= search.max_runs:
+            raise RuntimeError(f"no capacity to within {search.tolerance:.0%} after {search.max_runs} runs; widen "
+                               "max_runs or tolerance")
         server.reset_prefix_cache()
-        num_prompts = max(min_prompts, math.ceil(rate * seconds_per_rate))
-        runs.append(bench_serve(server, request_rate=rate, num_prompts=num_prompts, allow_failures=True, **bench)
+        num_prompts = max(search.min_prompts, math.ceil(rate * search.seconds_per_rate))
+        runs.append(bench_serve(server, sent, request_rate=rate, num_prompts=num_prompts, allow_failures=True)
                     | {"num_prompts": num_prompts})
         known[rate] = runs[-1]["failed"] == 0 and runs[-1]["p99_ttft_ms"] <= target_ms
         return known[rate]
 
-    found = highest_rate_meeting(meets, low=low, high=high, tolerance=tolerance, floor=1 / seconds_per_rate)
+    found = highest_rate_meeting(meets, low=search.low, high=search.high, tolerance=search.tolerance,
+                                 floor=1 / search.seconds_per_rate)
     return found, pd.DataFrame(runs)
 
 
