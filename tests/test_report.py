@@ -172,6 +172,22 @@ def test_the_committed_reports_are_what_the_canonical_results_render(monkeypatch
 
 
 @pytest.mark.repo
+def test_every_generated_part_of_the_four_reports_is_as_rendered(monkeypatch, tmp_path):
+    """README.md, docs/RESULTS.md, docs/TESTING.md and WORKSHOP.md are what `readme_report` writes from the
+    canonical results, the ledger, the lessons and the executed copies: rendering them again changes nothing (the
+    lessons table, the times and the fresh-clone runs included)."""
+    ensure_model("tiny")
+    monkeypatch.setenv("LAB_RESULTS_DIR", str(CANONICAL_DIR))
+    committed = {name: getattr(lab.tools.readme_report, name) for name in ("README", "RESULTS", "TESTING", "WORKSHOP")}
+    for name, path in committed.items():
+        (tmp_path / path.name).write_text(path.read_text())
+        monkeypatch.setattr(lab.tools.readme_report, name, tmp_path / path.name)
+    lab.tools.readme_report.update_reports()
+    for path in committed.values():
+        assert (tmp_path / path.name).read_text() == path.read_text(), f"{path.name}: run lab.tools.readme_report"
+
+
+@pytest.mark.repo
 def test_the_workshops_lesson_times_are_the_executed_copies_own(tmp_path):
     import json
 
