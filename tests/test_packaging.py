@@ -104,11 +104,12 @@ def test_the_locks_pin_every_package_with_a_hash_and_agree_with_the_direct_pins(
     assert len(runtime | tools) > 2 * len(direct), "transitive packages are pinned too"
 
 
-def test_the_lock_leaves_out_what_the_conda_environment_takes_out():
+def test_the_lock_leaves_out_what_the_conda_environment_and_make_setup_take_out():
     from lab.tools.lock import LEFT_OUT
 
     environment = (PROJECT_ROOT / "environment.yml").read_text()
     assert f"pip uninstall -y {' '.join(LEFT_OUT)}" in environment
+    assert f"LEFT_OUT := {' '.join(LEFT_OUT)}\n" in (PROJECT_ROOT / "Makefile").read_text(), "make setup takes them out"
     assert not set(LEFT_OUT) & set(hashed_pins("requirements-lock-cpu.txt"))
     assert "- -r requirements-cpu.txt" in environment and "- -e ." in environment
     assert "python -m lab.core.model" in environment
