@@ -37,13 +37,13 @@ def test_a_tight_range_straddling_the_band_cannot_tell():
 def test_a_tight_range_around_the_projection_is_within():
     verdict = judge_projection((4.10, 4.25, 4.60), 4.30)
     assert verdict.order == ("within",) and "cannot tell" not in verdict.text
-    assert "(x4.30) is within 15% of the engine" in verdict.text and "every repeat is within" in verdict.text
+    assert "(x4.30) is within 15% of the engine" in verdict.text and "every pair is within" in verdict.text
 
 
 def test_a_tight_range_away_from_the_projection_is_not_within():
     verdict = judge_projection((6.00, 6.30, 6.80), 4.30)
     assert verdict.order == ("outside",) and "is not within 15%" in verdict.text
-    assert "no repeat is within" in verdict.text and "6.00-6.80" in verdict.text
+    assert "no pair is within" in verdict.text and "6.00-6.80" in verdict.text
 
 
 def test_one_pair_or_no_projection_cannot_judge():

@@ -272,7 +272,7 @@ def test_the_capacity_section_comes_from_the_capacity_results(results):
     assert row(cap, "custom") == ["300", "4-16", ">= 16", "4.00x", "0.7", "3.33"], "met at 4, missed at 16; on never missed"
     assert "../figures/16_gain_vs_hit_rate-gain_vs_hit_rate.png" in results_section()
     assert "What the article's gain implies** (`16`)" in summary_section(), "the lesson of the implied hit rate's file"
-    assert "the pairs' ratios 0.950-1.030 against no change 1.000: the repeats lie on both sides" in results_section(), \
+    assert "the pairs' ratios 0.950-1.030 against no change 1.000: the pairs lie on both sides" in results_section(), \
         "the zero-hit verdict is the pairs' own: one above one, one below, so the run cannot tell"
 
 

@@ -46,6 +46,16 @@ def test_a_bound_is_judged_on_every_repeat():
     assert not straddles.can_tell and "cannot tell" in str(straddles)
 
 
+def test_a_verdict_names_what_its_values_are_over():
+    prompts = pd.DataFrame({"kind": ["local"] * 3 + ["cold"] * 3, "ttft_ms": [17, 19, 22, 81, 82, 83]})
+    assert "over 3 prompts" in str(rank(spreads(prompts, "kind", "ttft_ms", each="prompt"), quantity="TTFT"))
+    assert "over 3 repeats" in str(rank(spreads(prompts, "kind", "ttft_ms"), quantity="TTFT"))
+    pairs = Spread("gain", (1.02, 1.05), each="pair")
+    assert "above it in every pair" in str(against_bound(pairs, 1.0, quantity="gain", bound_name="bound"))
+    assert "some pairs are and some are not" in str(within_tolerance(Spread("gain", (4.0, 5.5), each="pair"), 4.3,
+                                                                     0.15, quantity="gain", reference_name="it"))
+
+
 @pytest.mark.parametrize("values, expected", [((4.2, 4.5), ("within",)), ((6.0, 7.0), ("outside",)),
                                               ((4.66, 6.70), None), ((3.30, 11.86), None)])
 def test_within_tolerance_of_a_projection(values, expected):

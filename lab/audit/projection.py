@@ -67,7 +67,7 @@ def judge_projection(gains: Sequence[float], projected: float | None, tolerance:
     """Whether a projected gain is within `tolerance` of the gains the engine measured, one per off/on pair, in so
     many words: within (every pair), not within (no pair), or that the engine run cannot tell, with the range,
     where the pairs' gains spread wider than `widest` (max/min), straddle the band, or are a single pair."""
-    measured = Spread("measured gain", tuple(gains))
+    measured = Spread("measured gain", tuple(gains), each="pair")
     shown = f"x{measured.low:.2f}-x{measured.high:.2f} over {len(measured.values)} pairs"
     if projected is None:
         return Verdict(f"The engine measured a gain of {shown}; there is no projection to judge against it.", None)
@@ -80,7 +80,8 @@ def judge_projection(gains: Sequence[float], projected: float | None, tolerance:
     verdict = within_tolerance(measured, projected, tolerance, quantity="measured gain (x)",
                                reference_name="the projection", digits=2)
     if not verdict.can_tell:
-        return Verdict(f"{cannot}: the measured gain ranged {shown}, on both sides of the band ({verdict.text})", None)
+        return Verdict(f"{cannot}: the measured gain ranged {shown}, partly inside the band and partly outside it "
+                       f"({verdict.text})", None)
     said = "is within" if verdict.order == ("within",) else "is not within"
     return Verdict(f"The projection (x{projected:.2f}) {said} {tolerance:.0%} of the engine: {verdict.text}",
                    verdict.order)

@@ -10,7 +10,7 @@ order only where the repeats' ranges do not overlap, and otherwise says that thi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,10 +20,12 @@ from lab.checks import number_in
 
 @dataclass(frozen=True)
 class Spread:
-    """One quantity's values over a run's repeats: its range is the spread the verdicts judge by."""
+    """One quantity's values over a run's repeats: its range is the spread the verdicts judge by. `each` names what
+    one value is, in the verdicts' words ("repeat", "pair", "conversation", "prompt")."""
 
     name: str
     values: tuple[float, ...]
+    each: str = "repeat"
 
     def __post_init__(self) -> None:
         values = tuple(float(v) for v in self.values if v is not None and np.isfinite(v))
@@ -53,9 +55,9 @@ class Spread:
         return f"{self.low:,.{digits}f}-{self.high:,.{digits}f}{unit}"
 
 
-def spreads(table, by: str, value: str) -> list[Spread]:
-    """One Spread per group of `by` in a long table (a row per repeat), in the table's order of first appearance."""
-    return [Spread(str(name), tuple(group[value])) for name, group in table.groupby(by, sort=False)]
+def spreads(table, by: str, value: str, each: str = "repeat") -> list[Spread]:
+    """One Spread per group of `by` in a long table (a row per `each`), in the table's order of first appearance."""
+    return [Spread(str(name), tuple(group[value]), each) for name, group in table.groupby(by, sort=False)]
 
 
 @dataclass(frozen=True)
@@ -73,9 +75,10 @@ class Verdict:
         return self.text
 
 
-def _repeats(items: Iterable[Spread]) -> str:
+def _repeats(items: Sequence[Spread]) -> str:
     counts = sorted({len(s.values) for s in items})
-    return f"{counts[0]} repeats" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} repeats"
+    shown = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return f"{shown} {items[0].each}s"
 
 
 def rank(items: Sequence[Spread], *, quantity: str, unit: str = "", lower_is_better: bool = True,
@@ -102,15 +105,15 @@ def rank(items: Sequence[Spread], *, quantity: str, unit: str = "", lower_is_bet
 
 def against_bound(item: Spread, bound: float, *, quantity: str, bound_name: str, unit: str = "",
                   digits: int = 2) -> Verdict:
-    """Whether every repeat of `item` lies below `bound`, above it, or the repeats straddle it."""
+    """Whether every value of `item` (every repeat, say) lies below `bound`, above it, or they straddle it."""
     shown = f"{quantity} {item.describe(unit, digits)} against {bound_name} {bound:,.{digits}f}{' ' + unit if unit else ''}"
     if len(item.values) < 2:
         return Verdict(f"{shown}: no spread from one run, so this run cannot tell.", None)
     if item.high < bound:
-        return Verdict(f"{shown}: below it in every repeat.", ("below",))
+        return Verdict(f"{shown}: below it in every {item.each}.", ("below",))
     if item.low > bound:
-        return Verdict(f"{shown}: above it in every repeat.", ("above",))
-    return Verdict(f"{shown}: the repeats lie on both sides of it, so this run cannot tell whether it is above "
+        return Verdict(f"{shown}: above it in every {item.each}.", ("above",))
+    return Verdict(f"{shown}: the {item.each}s lie on both sides of it, so this run cannot tell whether it is above "
                    "or below.", None)
 
 
@@ -127,10 +130,10 @@ def within_tolerance(item: Spread, reference: float, tolerance: float, *, quanti
         return Verdict(f"{shown}: no spread from one run, so this run cannot tell whether {reference_name} is "
                        f"within {tolerance:.0%}.", None)
     if low <= item.low and item.high <= high:
-        return Verdict(f"{shown}: every repeat is within it.", ("within",))
+        return Verdict(f"{shown}: every {item.each} is within it.", ("within",))
     if item.high < low or item.low > high:
-        return Verdict(f"{shown}: no repeat is within it.", ("outside",))
-    return Verdict(f"{shown}: some repeats are and some are not, so this run cannot tell whether "
+        return Verdict(f"{shown}: no {item.each} is within it.", ("outside",))
+    return Verdict(f"{shown}: some {item.each}s are and some are not, so this run cannot tell whether "
                    f"{reference_name} is within {tolerance:.0%}.", None)
 
 

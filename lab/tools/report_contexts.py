@@ -78,7 +78,7 @@ def zero_hit_verdict(runs: pd.DataFrame):
     from lab.experiments.verdict import Spread, against_bound
 
     paired = runs.pivot(index="pair", columns="caching", values="requests_per_s")
-    return against_bound(Spread("on / off", tuple(paired["on"] / paired["off"])), 1.0,
+    return against_bound(Spread("on / off", tuple(paired["on"] / paired["off"]), each="pair"), 1.0,
                          quantity="the pairs' ratios", bound_name="no change", digits=3)
 
 
@@ -90,7 +90,7 @@ def gain_verdict():
     pairs, meta = _latest_or_none("05_cache_on_vs_off-gain_pairs")
     if pairs is None:
         return None, None
-    verdict = against_bound(Spread("gain", tuple(pairs.throughput_gain)), float(pairs.bound.iloc[0]),
+    verdict = against_bound(Spread("gain", tuple(pairs.throughput_gain), each="pair"), float(pairs.bound.iloc[0]),
                             quantity=f"throughput gain over {len(pairs)} pairs (x)", bound_name="the bound 1 / (1 - h)")
     return str(verdict), meta["run_id"]
 
