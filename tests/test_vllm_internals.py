@@ -31,6 +31,9 @@ def test_blocks_in_use_count_shared_blocks_once_and_fall_back_to_zero(llm):
     while engine.has_unfinished_requests():
         engine.step()
     assert vllm_internals.kv_blocks_in_use(llm) == 0, "finished requests hold no blocks (theirs stay cached)"
+    assert vllm_internals.cached_free_blocks(llm) == 4, "the four shared full blocks keep their hash; partial ones don't"
+    llm.reset_prefix_cache()
+    assert vllm_internals.cached_free_blocks(llm) == 0
 
 
 def test_block_size_and_hash_algo_match_what_the_engine_does(llm):

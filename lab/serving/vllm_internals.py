@@ -115,6 +115,12 @@ def ref_counts(llm: vllm.LLM) -> dict[int, int]:
     return dict(sorted(counts.items()))
 
 
+def cached_free_blocks(llm: vllm.LLM) -> int:
+    """KV blocks that keep their hash while no request holds them: cached, waiting in the free queue to be hit
+    again or evicted."""
+    return sum(1 for block in block_pool(llm).blocks if block.ref_cnt == 0 and block.block_hash is not None)
+
+
 def close_engine(llm: vllm.LLM) -> None:
     """Shut the engine core down now and free its KV cache. `LLM` has no close of its own; the engine-core
     client's `shutdown` runs `EngineCore.shutdown` once, however often it is called."""
