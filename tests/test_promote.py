@@ -127,3 +127,54 @@ def test_promoting_without_a_chrome_stops_before_anything_is_copied(monkeypatch,
         promote.main(["--check"])
     with pytest.raises(SystemExit, match="none was found"):
         promote.main([])  # before it looks for runs, copies results or figures
+
+
+def executed_and_source(tmp_path):
+    """05's executed copy as it ran, and a source that matches it (the injected parameters left out)."""
+    import nbformat
+
+    from lab.tools import stale
+
+    ran = nbformat.read(next(promote.LESSONS_DIR.glob("05_*.ipynb")), as_version=4)
+    ran.cells = [c for c in ran.cells if c.id != stale.NOTICE_ID]
+    ran.metadata["lab"].pop("stale", None)
+    executed, source = tmp_path / "lesson.ipynb", tmp_path / "source.ipynb"
+    nbformat.write(ran, executed)
+    nb = nbformat.read(executed, as_version=4)
+    nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    return executed, source, nb
+
+
+def test_a_quicker_default_that_the_run_overrode_changes_nothing_that_ran(tmp_path):
+    import nbformat
+
+    from lab.tools import stale
+
+    executed, source, nb = executed_and_source(tmp_path)
+    overridden = stale.overridden_parameters(nbformat.read(executed, as_version=4))
+    assert "n_prompts" in overridden and "model" not in overridden, "the full profile sets n_prompts, not model"
+    parameters = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    parameters.source = parameters.source.replace("n_prompts = ", "n_prompts = 3 * ", 1)
+    nbformat.write(nb, source)
+    assert stale.code_changes(nbformat.read(executed, as_version=4), nb) == [], "n_prompts was injected: never ran"
+    assert promote.stale_prose(executed, source) == {}, "so a prose fix still lands without a rerun"
+    parameters.source += "\nseed = 1"
+    nbformat.write(nb, source)
+    assert [c.kind for c in stale.code_changes(nbformat.read(executed, as_version=4), nb)] == ["changed"]
+    assert promote.stale_prose(executed, source) is None
+
+
+def test_a_new_paragraph_lands_after_the_cell_it_follows(tmp_path):
+    import nbformat
+
+    executed, source, nb = executed_and_source(tmp_path)
+    figure = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "save_figure" in c.source)
+    said = nbformat.v4.new_markdown_cell("**What to see.** The bars.")
+    said["id"] = "what-to-see"
+    nb.cells.insert(figure + 1, said)
+    nbformat.write(nb, source)
+    assert promote.refresh_prose(executed, source) is True
+    cells = nbformat.read(executed, as_version=4).cells
+    at = [c.get("id") for c in cells].index("what-to-see")
+    assert cells[at - 1].get("id") == nb.cells[figure].get("id") and cells[at - 1].outputs, "after its figure, kept"
+    assert promote.refresh_prose(executed, source) is False, "and only once"

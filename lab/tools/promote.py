@@ -33,7 +33,7 @@ from lab.experiments.results import CANONICAL_DIR, promote, results_dir
 from lab.tools import course_map
 from lab.tools.open_exercises import open_exercises
 from lab.tools.runner import NOTEBOOKS_DIR, RUNS_DIR
-from lab.tools.stale import BANNER_ID, LESSONS_DIR, lesson_cells, mark
+from lab.tools.stale import BANNER_ID, LESSONS_DIR, code_changes, lesson_cells, mark
 
 WIDGET_TYPES = ("application/vnd.jupyter.widget-view+json", "application/vnd.jupyter.widget-state+json")
 PLOTLY_TYPE = "application/vnd.plotly.v1+json"
@@ -110,16 +110,34 @@ def readable_lesson(executed: Path, target: Path) -> Path:
 
 
 def stale_prose(lesson: Path, source: Path) -> dict[str, str] | None:
-    """The markdown of `source` that the executed `lesson` lacks (cell id -> source's text), if every code cell is
-    the one that ran; None when the code differs (the lesson needs a new run)."""
+    """The markdown of `source` that the executed `lesson` lacks or words differently (cell id -> source's text), if
+    every code cell is the one that ran; None when the code differs (the lesson needs a new run)."""
     executed, current = nbformat.read(lesson, as_version=4), nbformat.read(source, as_version=4)
-    ran = [c.source for c in lesson_cells(executed) if c.cell_type == "code"
-           and "injected-parameters" not in c.metadata.get("tags", [])]
-    if ran != [c.source for c in lesson_cells(current) if c.cell_type == "code"]:
+    if code_changes(executed, current):
         return None
-    wanted = {c.get("id"): c.source for c in current.cells if c.cell_type == "markdown"}
-    return {c.get("id"): wanted[c.get("id")] for c in executed.cells
-            if c.cell_type == "markdown" and c.get("id") in wanted and c.source != wanted[c.get("id")]}
+    have = {c.get("id"): c.source for c in executed.cells if c.cell_type == "markdown"}
+    reworded = {c.get("id"): c.source for c in current.cells
+                if c.cell_type == "markdown" and c.get("id") in have and have[c.get("id")] != c.source}
+    added = {c.get("id"): c.source for c in lesson_cells(current) if c.cell_type == "markdown" and c.get("id") not in have}
+    return reworded | added
+
+
+def with_prose(executed, current, prose: dict[str, str]):
+    """`executed` with `prose` applied: a cell it has is reworded, a new one goes after the cell it follows in
+    `current`."""
+    for cell in executed.cells:
+        if cell.cell_type == "markdown" and cell.get("id") in prose:
+            cell.source = prose[cell.get("id")]
+    order = [c.get("id") for c in current.cells]
+    for cell_id in [i for i in order if i in prose and i not in {c.get("id") for c in executed.cells}]:
+        before = order[order.index(cell_id) - 1]
+        at = next((k + 1 for k, c in enumerate(executed.cells) if c.get("id") == before), None)
+        if at is None:
+            raise SystemExit(f"{cell_id}: a new markdown cell after {before}, which the executed copy lacks: rerun it")
+        new = nbformat.v4.new_markdown_cell(prose[cell_id])
+        new["id"] = cell_id
+        executed.cells.insert(at, new)
+    return executed
 
 
 def refresh_prose(lesson: Path, source: Path) -> bool | None:
@@ -127,9 +145,7 @@ def refresh_prose(lesson: Path, source: Path) -> bool | None:
     whether anything changed."""
     stale = stale_prose(lesson, source)
     if stale:
-        executed = nbformat.read(lesson, as_version=4)
-        for cell in executed.cells:
-            cell.source = stale.get(cell.get("id"), cell.source) if cell.cell_type == "markdown" else cell.source
+        executed = with_prose(nbformat.read(lesson, as_version=4), nbformat.read(source, as_version=4), stale)
         nbformat.write(executed, lesson)
     return None if stale is None else bool(stale)
 

@@ -12,6 +12,7 @@ each time, so it can never describe a change that is not there; a fresh promote 
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,9 +47,32 @@ def lesson_cells(nb) -> list:
     return cells
 
 
-def _code_cells(nb) -> list[tuple[int, str, str]]:
-    """(position, id, source) of each code cell of the lesson, without the parameters papermill injected."""
-    return [(i, c.get("id", ""), c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+def overridden_parameters(executed) -> set[str]:
+    """The names papermill injected into `executed` (its profile's parameters). The defaults the parameters cell
+    gives them never ran, so changing one (a quicker default for a learner's first run) changes nothing that ran."""
+    injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    return {target.id for cell in injected for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
+            for target in node.targets if isinstance(target, ast.Name)}
+
+
+def without_assignments(source: str, names: set[str]) -> str:
+    """`source` less its top-level assignments to `names`, each statement's lines (and their comments) whole."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:  # not plain Python: compared as it is
+        return source
+    dropped = {line for node in body if isinstance(node, ast.Assign)
+               and any(isinstance(t, ast.Name) and t.id in names for t in node.targets)
+               for line in range(node.lineno - 1, node.end_lineno)}
+    return "\n".join(line for i, line in enumerate(source.splitlines()) if i not in dropped)
+
+
+def _code_cells(nb, overridden: set[str] = frozenset()) -> list[tuple[int, str, str]]:
+    """(position, id, source) of each code cell of the lesson, without the parameters papermill injected, and
+    without the defaults of `overridden` parameters in its parameters cell."""
+    return [(i, c.get("id", ""), without_assignments(c.source, overridden)
+             if "parameters" in c.metadata.get("tags", []) else c.source)
+            for i, c in enumerate(nb.cells) if c.cell_type == "code"
             and "injected-parameters" not in c.metadata.get("tags", []) and c in lesson_cells(nb)]
 
 
@@ -61,9 +85,11 @@ def _diff(old: str, new: str) -> str:
 
 
 def code_changes(executed, source) -> list[CellChange]:
-    """The code cells of `source` whose code is not what ran in `executed`, matched by cell id."""
-    ran = {cell_id: (i, text) for i, cell_id, text in _code_cells(executed)}
-    now = _code_cells(source)
+    """The code cells of `source` whose code is not what ran in `executed`, matched by cell id (a parameter's
+    default that the run overrode is not code that ran)."""
+    overridden = overridden_parameters(executed)
+    ran = {cell_id: (i, text) for i, cell_id, text in _code_cells(executed, overridden)}
+    now = _code_cells(source, overridden)
     changes = [CellChange("new" if cell_id not in ran else "changed", i, _diff(ran.get(cell_id, (0, ""))[1], text))
                for i, cell_id, text in now if ran.get(cell_id, (0, None))[1] != text]
     kept = {cell_id for _, cell_id, _ in now}
