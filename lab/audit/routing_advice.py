@@ -88,6 +88,5 @@ def _reason(table: pd.DataFrame, recommended: str, max_imbalance: float) -> str:
                  f"x{top.imbalance:.2f} the mean")
     close = by_hits[(by_hits.index != recommended) & ((by_hits.fleet_hit_rate - chosen.fleet_hit_rate).abs() <= 0.005)]
     if len(close):
-        text += (f"; {', '.join(close.index)} keep as many hits, within half a point: on these prompts, which "
-                 "replica a request went to changed the hit rate by less than that")
+        text += f"; {', '.join(close.index)} keep as many hits as {recommended}, within half a point"
     return text
