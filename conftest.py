@@ -29,6 +29,9 @@ os.environ.setdefault("LAB_RESULTS_DIR", os.path.join(_scratch, "results"))
 os.environ.setdefault("LAB_AUDIT_DIR", os.path.join(_scratch, "audit"))
 # nbval's kernels run headlessly: a lesson builds no widget there, only its static version (lab/front_end.py)
 os.environ.setdefault("LAB_HEADLESS", "1")
+# and write each figure's HTML but no PNG: a PNG starts a Chrome for kaleido (about 2 s and 1 s of CPU each, 44 of
+# them in a run of the suite); tests/test_plots.py draws PNGs, and `make run` draws every lesson's
+os.environ.setdefault("LAB_FIGURE_PNG", "0")
 
 
 # 00 and the lessons with a widget

@@ -33,7 +33,7 @@ def test_a_committed_figure_is_replaced_only_by_its_notebooks_finished_run(tmp_p
     monkeypatch.setenv("LAB_FIGURES_DIR", str(drawn))
     for name, run in (("05_a-x", "05_a-full-1"), ("06_b-y", "06_b-quick-9")):
         monkeypatch.setenv("LAB_RUN_ID", run)
-        save_figure(go.Figure(go.Bar(y=[1])), name)
+        save_figure(go.Figure(go.Bar(y=[1])), name, png=True)
         (committed / f"{name}.png").write_bytes(b"old")
     copied = promote.promote_figures({"05_a": "05_a-full-1", "06_b": "06_b-full-2"}, drawn, committed)
     assert [p.name for p in copied] == ["05_a-x.png"]

@@ -36,8 +36,12 @@ def find_chrome() -> str | None:
     return None
 
 
-def save_figure(fig, name: str, *, png: bool = True) -> list[Path]:
-    """Write `name`.html (and `name`.png) under figures_dir(); returns the files written.
+PNG_ENV = "LAB_FIGURE_PNG"  # "0": no PNG unless asked for (the test suite's notebooks: see the root conftest.py)
+
+
+def save_figure(fig, name: str, *, png: bool | None = None) -> list[Path]:
+    """Write `name`.html (and `name`.png) under figures_dir(); returns the files written. `png` None: a PNG unless
+    LAB_FIGURE_PNG is "0" (each PNG starts a Chrome for kaleido, about 2 s).
 
     Name figures after their notebook: `00_quickstart-ttft`.
     """
@@ -45,7 +49,7 @@ def save_figure(fig, name: str, *, png: bool = True) -> list[Path]:
     html = out / f"{name}.html"
     fig.write_html(html, include_plotlyjs="directory")
     written = [html]
-    if png:
+    if png if png is not None else os.environ.get(PNG_ENV, "1") != "0":
         if find_chrome() is None:
             warnings.warn(
                 f"no Chrome/Chromium found for kaleido, so {name}.png was not written; "
