@@ -95,13 +95,8 @@ def test_a_one_line_code_fix_marks_the_executed_copy_and_a_fresh_run_clears_it(t
 
     from lab.tools import stale
 
-    ran = nbformat.read(next(promote.LESSONS_DIR.glob("05_*.ipynb")), as_version=4)
-    ran.cells = [c for c in ran.cells if c.id != stale.NOTICE_ID]  # the lesson as it ran
-    ran.metadata["lab"].pop("stale", None)
-    executed, source = tmp_path / "lesson.ipynb", tmp_path / "source.ipynb"
-    nbformat.write(ran, executed)
-    nb = nbformat.read(executed, as_version=4)
-    nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    executed, source, nb = executed_and_source(tmp_path)
+    ran = nbformat.read(executed, as_version=4)  # the lesson as it ran
     nbformat.write(nb, source)
     assert stale.mark(executed, source) is False and stale.is_marked_right(executed, source), "current: no notice"
     fixed = next(c for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", []))

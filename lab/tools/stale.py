@@ -47,12 +47,16 @@ def lesson_cells(nb) -> list:
     return cells
 
 
+def _assigned(node: ast.stmt) -> set[str]:
+    """The plain names a top-level statement assigns (`x = ...`), none for anything else."""
+    return {t.id for t in node.targets if isinstance(t, ast.Name)} if isinstance(node, ast.Assign) else set()
+
+
 def overridden_parameters(executed) -> set[str]:
     """The names papermill injected into `executed` (its profile's parameters). The defaults the parameters cell
     gives them never ran, so changing one (a quicker default for a learner's first run) changes nothing that ran."""
     injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
-    return {target.id for cell in injected for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
-            for target in node.targets if isinstance(target, ast.Name)}
+    return {name for cell in injected for node in ast.parse(cell.source).body for name in _assigned(node)}
 
 
 def without_assignments(source: str, names: set[str]) -> str:
@@ -61,9 +65,7 @@ def without_assignments(source: str, names: set[str]) -> str:
         body = ast.parse(source).body
     except SyntaxError:  # not plain Python: compared as it is
         return source
-    dropped = {line for node in body if isinstance(node, ast.Assign)
-               and any(isinstance(t, ast.Name) and t.id in names for t in node.targets)
-               for line in range(node.lineno - 1, node.end_lineno)}
+    dropped = {line for node in body if _assigned(node) & names for line in range(node.lineno - 1, node.end_lineno)}
     return "\n".join(line for i, line in enumerate(source.splitlines()) if i not in dropped)
 
 
