@@ -57,3 +57,14 @@ def test_a_size_the_run_shows_slower_is_never_recommended():
              Spread("256", (26.02, 27.0, 27.57))]
     size, why = recommend_from_spread(sizes)
     assert size == "32 or 64 or 128" and "256 shown slower than 64" in why and "32 shown" not in why
+
+
+def test_a_lone_answer_at_the_smallest_size_swept_says_that_no_smaller_size_was_tried():
+    from lab.experiments.block_sizes import recommend_from_spread
+    from lab.experiments.verdict import Spread
+
+    smallest = [Spread("64", (5.0, 5.1)), Spread("32", (3.0, 3.1)), Spread("128", (7.0, 7.2))]
+    assert recommend_from_spread(smallest) == ("32", "32 (the smallest size swept: a smaller one was not tried): "
+                                                     "its TTFT range lies below every other size's")
+    middle = [Spread("32", (5.0, 5.1)), Spread("64", (3.0, 3.1)), Spread("128", (7.0, 7.2))]
+    assert recommend_from_spread(middle) == ("64", "64: its TTFT range lies below every other size's")

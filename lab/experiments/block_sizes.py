@@ -41,7 +41,8 @@ def recommend_from_spread(ttft: Sequence[Spread]) -> tuple[str | None, str]:
     slower = "; ".join(f"{s.name} shown slower than {', '.join(o.name for o in ttft if o.high < s.low)}"
                        for s in ttft if s not in left)
     if left == [fastest]:
-        return fastest.name, f"{fastest.name}: its TTFT range lies below every other size's"
+        edge = " (the smallest size swept: a smaller one was not tried)" if fastest is min(ttft, key=lambda s: int(s.name)) else ""
+        return fastest.name, f"{fastest.name}{edge}: its TTFT range lies below every other size's"
     tied = " or ".join(sorted((s.name for s in left), key=int))
     return tied, (f"this run cannot tell {tied} apart by TTFT (lowest median: {fastest.name})"
                   + (f"; {slower}" if slower else ""))

@@ -28,6 +28,7 @@ from lab.experiments.gains import amdahl_bound
 from lab.experiments.results import CANONICAL_DIR, hardware_line, load_latest, write_atomically
 from lab.tools.benchmark_report import benchmark_rows, cluster_lines
 from lab.tools.course_map import lessons
+from lab.tools.findings_report import FINDINGS, findings_section
 from lab.tools.quick_times import minutes_by_lesson, provenance, workshop_section
 from lab.tools.report_contexts import (
     audit_context,
@@ -152,7 +153,8 @@ def block_size_answers(findings: pd.DataFrame) -> dict[str, str]:
         if value is None or (isinstance(value, float) and pd.isna(value)):
             return "cannot tell"
         return str(int(value)) if isinstance(value, (int, float)) else str(value)
-    return {row.id.removeprefix("block_size."): shown(row.value) for row in findings.itertuples()}
+    return {row.id.removeprefix("block_size."): shown(row.value) for row in findings.itertuples()
+            if row.id.startswith("block_size.")}
 
 
 def finding_sentence(lesson: str, finding_id: str) -> str | None:
@@ -280,6 +282,7 @@ def update_reports() -> None:
     readme = between(readme, LESSONS, lessons_section(), README.name)
     results = between(RESULTS.read_text(), (START, END), render("results.md.j2", context), "docs/RESULTS.md")
     results = between(results, NOTEBOOKS, notebooks_section(), "docs/RESULTS.md")
+    results = between(results, FINDINGS, findings_section(), "docs/RESULTS.md")
     testing = between(TESTING.read_text(), BENCHMARKS, benchmarks_section(), "docs/TESTING.md")
     testing = between(testing, FRESH_RUNS, ledger_section(), "docs/TESTING.md")
     workshop = between(WORKSHOP.read_text(), LESSON_TIMES, lesson_times_section(), WORKSHOP.name)
