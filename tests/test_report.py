@@ -16,6 +16,7 @@ from lab.experiments.block_sizes import block_size_findings, recommend_block_siz
 from lab.experiments.capacity import CapacityColumns, capacity_frame, capacity_row
 from lab.experiments.findings import save_findings
 from lab.experiments.results import CANONICAL_DIR, environment, save_results
+from lab.tools.findings_report import FINDINGS, findings_section
 from lab.tools.readme_report import (
     HEADLINE,
     LESSON_TIMES,
@@ -111,7 +112,7 @@ def report_files(tmp_path, monkeypatch) -> tuple:
     readme.write_text(f"intro\n{HEADLINE[0]}\nOLD-CONTENT\n{HEADLINE[1]}\nmiddle\n{SUMMARY[0]}\nOLD-CONTENT\n{SUMMARY[1]}\n"
                       f"{cluster[0]}\nOLD-CONTENT\n{cluster[1]}\n{lessons[0]}\nOLD-CONTENT\n{lessons[1]}\noutro\n")
     results.write_text(f"head\n{NOTEBOOKS[0]}\nSTALE\n{NOTEBOOKS[1]}\nmiddle\n{lab.tools.readme_report.START}\nSTALE\n"
-                       f"{lab.tools.readme_report.END}\ntail\n")
+                       f"{lab.tools.readme_report.END}\n{FINDINGS[0]}\nSTALE\n{FINDINGS[1]}\ntail\n")
     monkeypatch.setattr(lab.tools.readme_report, "README", readme)
     monkeypatch.setattr(lab.tools.readme_report, "RESULTS", results)
     for name, marker_pairs in (("TESTING", (lab.tools.readme_report.BENCHMARKS, lab.tools.readme_report.FRESH_RUNS)),
@@ -134,6 +135,7 @@ def test_both_files_are_rewritten_only_between_their_markers(results, tmp_path, 
     text = results_md.read_text()
     assert text.startswith("head\n") and text.endswith("tail\n") and "STALE" not in text and "| mean TTFT" in text
     assert between(text, NOTEBOOKS) == notebooks_section() and "\nmiddle\n" in text
+    assert between(text, FINDINGS) == findings_section(), "every lesson's findings, from the canonical run"
     assert results_md.stat().st_mode & 0o777 == 0o644, "an atomic rewrite keeps the file's permissions"
 
 
