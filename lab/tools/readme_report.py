@@ -153,8 +153,7 @@ def block_size_answers(findings: pd.DataFrame) -> dict[str, str]:
         if value is None or (isinstance(value, float) and pd.isna(value)):
             return "cannot tell"
         return str(int(value)) if isinstance(value, (int, float)) else str(value)
-    return {row.id.removeprefix("block_size."): shown(row.value) for row in findings.itertuples()
-            if row.id.startswith("block_size.")}
+    return {row.id.removeprefix("block_size."): shown(row.value) for row in findings.itertuples()}
 
 
 def finding_sentence(lesson: str, finding_id: str) -> str | None:
