@@ -258,7 +258,7 @@ def test_the_capacity_section_comes_from_the_capacity_results(results):
                                "throughput_gain": [1.0, 3.0], "ttft_change": [0.0, -0.6]}), "16_gain_vs_hit_rate-gain", env)
     save_results(pd.DataFrame({"model": ["measured here", "A100 projection"], "x": [0.6, 0.46], "y": [0.66, 0.47]}),
                  "16_gain_vs_hit_rate-implied_hit_rate", env)
-    custom = capacity_row("custom", unloaded_off_ms=100.0, unloaded_on_ms=50.0, target_ms=300.0, off=4.0, on=16.0,
+    custom = capacity_row("custom", {"off": 4.0, "on": 16.0}, {"off": 100.0, "on": 50.0}, target_ms=300.0,
                           hit_rate=0.7)
     save_results(capacity_frame([custom]).reset_index(), "17_capacity-capacity", env)
     save_results(pd.DataFrame({"dataset": ["custom"] * 4, "caching": ["off", "off", "on", "on"],
@@ -291,8 +291,8 @@ def test_a_capacity_column_is_renamed_in_one_place(results, monkeypatch):
     save_results(pd.DataFrame({"model": ["measured here"], "x": [0.5]}), "16_gain_vs_hit_rate-implied_hit_rate", env)
     save_results(pd.DataFrame({"pair": [0, 0], "caching": ["off", "on"], "requests_per_s": [10.0, 10.0], "ratio": [1.0] * 2,
                                "low": [0.9] * 2, "high": [1.1] * 2}), "16_gain_vs_hit_rate-zero_hit", env)
-    table = capacity_frame([capacity_row("custom", unloaded_off_ms=100.0, unloaded_on_ms=50.0, target_ms=300.0,
-                                         off=4.0, on=16.0, hit_rate=0.7)]).reset_index()
+    table = capacity_frame([capacity_row("custom", {"off": 4.0, "on": 16.0}, {"off": 100.0, "on": 50.0},
+                                         target_ms=300.0, hit_rate=0.7)]).reset_index()
     assert "capacity without caching (req/s)" in table.columns and "capacity off (req/s)" not in table.columns
     save_results(table, "17_capacity-capacity", env)
     save_results(pd.DataFrame({"dataset": ["custom"] * 2, "caching": ["off", "on"], "request_rate": [4, 16],

@@ -7,7 +7,7 @@ import numpy as np
 from lab.audit import audit
 from lab.audit.misses import attribute
 from lab.audit.report import terminal_summary
-from lab.audit.timeline import distinct_blocks, timeline, window_of
+from lab.audit.timeline import distinct_block_tokens, timeline, window_of
 
 
 def test_windows_follow_the_clock_when_every_request_has_a_time():
@@ -26,8 +26,8 @@ def test_a_working_set_past_the_capacity_shows_as_a_falling_hit_rate():
     trace = shared + cycling
     one = attribute(trace, block_size=block, kv_tokens=kv_tokens).requests
     fleet = attribute(trace, block_size=block, kv_tokens=kv_tokens, replicas=2, replica_of=[i % 2 for i in range(40)])
-    over_time = timeline([float(i) for i in range(40)], one, fleet.requests, distinct_blocks(trace, block),
-                         block_size=block, kv_tokens=kv_tokens, windows=2)
+    over_time = timeline([float(i) for i in range(40)], one, fleet.requests, distinct_block_tokens(trace, block),
+                         kv_tokens=kv_tokens, windows=2)
     table = over_time.table
     assert over_time.unit == "seconds" and table.requests.tolist() == [20, 20]
     first, last = table.iloc[0], table.iloc[1]
@@ -41,7 +41,7 @@ def test_the_fleet_hit_rate_covers_the_requests_it_was_simulated_for():
     trace = [list(range(64)) + [i] for i in range(40)]
     one = attribute(trace, block_size=4, kv_tokens=1000).requests
     fleet = attribute(trace[:10], block_size=4, kv_tokens=1000, replicas=2, replica_of=[i % 2 for i in range(10)])
-    over_time = timeline([None] * 40, one, fleet.requests, distinct_blocks(trace, 4), block_size=4, kv_tokens=1000,
+    over_time = timeline([None] * 40, one, fleet.requests, distinct_block_tokens(trace, 4), kv_tokens=1000,
                          windows=4)
     table = over_time.table
     assert over_time.unit == "requests" and table.requests.tolist() == [10] * 4

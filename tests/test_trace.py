@@ -11,9 +11,12 @@ from hypothesis import strategies as st
 from lab.audit.block_arrays import chain, content_hashes, flatten, salt_seeds
 from lab.audit.prompts import AuditInputError, read_prompts
 from lab.audit.replay import replay_chains
+from lab.audit.settings import AuditSettings
 from lab.audit.trace import read_trace
 from lab.core.block_hash import REPLAY_HASH
 from lab.core.prefix_cache import PrefixCache
+
+QUIET, SKIPPING = AuditSettings(progress=False), AuditSettings(skip_bad=True, progress=False)
 
 
 def chains_of(prompts, block_size, salts=None):
@@ -75,9 +78,9 @@ def log_lines(n, seed=0):
 def test_a_trace_reads_the_records_read_prompts_reads_in_the_same_order(tmp_path, tok, write_jsonl):
     path = write_jsonl(tmp_path / "log.jsonl", [*log_lines(50), "not json"])
     with pytest.raises(AuditInputError, match=r"log.jsonl:51: not JSON"):
-        read_trace(path, tok, block_sizes=[32], sample=10, progress=False)
+        read_trace(path, tok, block_sizes=[32], sample=10, settings=QUIET)
     prompts = read_prompts(path, tok, skip_bad=True, progress=False)
-    trace = read_trace(path, tok, block_sizes=[32, 64], sample=10, skip_bad=True, progress=False)
+    trace = read_trace(path, tok, block_sizes=[32, 64], sample=10, settings=SKIPPING)
     assert trace.lines.tolist() == prompts.lines and trace.arrivals == prompts.arrivals
     assert trace.lengths.tolist() == [len(ids) for ids in prompts.token_ids] and trace.tenants == prompts.tenants
     assert trace.sample.token_ids == prompts.token_ids[:10] and trace.sample.lines == prompts.lines[:10]
@@ -88,7 +91,7 @@ def test_a_trace_reads_the_records_read_prompts_reads_in_the_same_order(tmp_path
 def test_a_trace_replays_as_the_prefix_cache_replays_its_token_ids(tmp_path, tok, write_jsonl, kv_tokens):
     path = write_jsonl(tmp_path / "log.jsonl", log_lines(120, seed=1))
     prompts = read_prompts(path, tok, progress=False)
-    trace = read_trace(path, tok, block_sizes=[32], sample=5, progress=False)
+    trace = read_trace(path, tok, block_sizes=[32], sample=5, settings=QUIET)
     for salts in (None, prompts.tenants):
         pool = PrefixCache(num_blocks=kv_tokens // 32, block_size=32, hash_algo=REPLAY_HASH)
         assert trace.replay(32, kv_tokens, salts=salts).tolist() == pool.replay(prompts.token_ids, salts)
@@ -99,17 +102,18 @@ def test_a_trace_replays_as_the_prefix_cache_replays_its_token_ids(tmp_path, tok
 def test_a_sample_size_that_is_not_a_count_is_named(tmp_path, tok, write_jsonl):
     path = write_jsonl(tmp_path / "log.jsonl", [{"prompt": "hello"}])
     with pytest.raises(ValueError, match="sample"):
-        read_trace(path, tok, block_sizes=[32], sample=0, progress=False)
+        read_trace(path, tok, block_sizes=[32], sample=0, settings=QUIET)
 
 
 def test_the_working_set_per_window_counts_the_blocks_the_token_ids_hold(tmp_path, tok, write_jsonl):
-    from lab.audit.timeline import distinct_blocks
+    from lab.audit.timeline import distinct_block_tokens
 
     path = write_jsonl(tmp_path / "log.jsonl", log_lines(80, seed=2))
     prompts = read_prompts(path, tok, progress=False)
-    trace = read_trace(path, tok, block_sizes=[32], sample=5, progress=False)
+    trace = read_trace(path, tok, block_sizes=[32], sample=5, settings=QUIET)
     window = np.arange(80) * 5 // 80
-    assert trace.block_hash_sets(32, window) == distinct_blocks(prompts.token_ids, 32)(window)
+    tokens = distinct_block_tokens(prompts.token_ids, 32)(window)
+    assert {w: n * 32 for w, n in trace.block_hash_sets(32, window).items()} == tokens
 
 
 def test_reading_in_two_processes_gives_the_trace_one_process_gives(tmp_path, tok, write_jsonl, monkeypatch):
@@ -119,8 +123,8 @@ def test_reading_in_two_processes_gives_the_trace_one_process_gives(tmp_path, to
     lines = log_lines(150, seed=3)                  # is chosen across chunks
     lines[40] = {"prompt": ""}  # a bad record, skipped in either
     path = write_jsonl(tmp_path / "log.jsonl.gz", lines)
-    one, two = (read_trace(path, tok, block_sizes=[32, 64], sample=20, skip_bad=True, progress=False, workers=n)
-                for n in (1, 2))
+    one, two = (read_trace(path, tok, block_sizes=[32, 64], sample=20,
+                           settings=AuditSettings(skip_bad=True, progress=False, workers=n)) for n in (1, 2))
     for name in ("lengths", "lines", "order"):
         assert getattr(one, name).tolist() == getattr(two, name).tolist()
     assert (one.arrivals, one.tenants, one.skipped) == (two.arrivals, two.tenants, two.skipped) and len(one.skipped) == 1
@@ -128,6 +132,6 @@ def test_reading_in_two_processes_gives_the_trace_one_process_gives(tmp_path, to
     assert one.replay(32, 2_000).tolist() == two.replay(32, 2_000).tolist()
     assert one.sample.lines == read_prompts(path, tok, skip_bad=True, progress=False).lines[:20]
     with pytest.raises(AuditInputError, match=r"log.jsonl.gz:41: 'prompt' must be a non-empty string"):
-        read_trace(path, tok, block_sizes=[32], progress=False, workers=2)
+        read_trace(path, tok, block_sizes=[32], settings=AuditSettings(progress=False, workers=2))
     with pytest.raises(ValueError, match="workers"):
-        read_trace(path, tok, block_sizes=[32], progress=False, workers=0)
+        AuditSettings(progress=False, workers=0)

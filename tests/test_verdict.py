@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lab.experiments.results import CANONICAL_DIR
-from lab.experiments.verdict import Spread, against_bound, outliers, rank, spreads, within_tolerance
+from lab.experiments.verdict import Spread, Verdict, against_bound, outliers, rank, spreads, within_tolerance
 
 
 def test_ranges_apart_give_an_order_and_flipping_the_numbers_flips_it():
@@ -117,28 +117,28 @@ def test_a_timing_check_passes_on_the_claimed_side_and_raises_the_alarm_well_bey
 def test_a_point_on_its_bound_raises_the_alarm_at_the_stated_rate():
     """h = 0: the true gain sits on its bound 1 / (1 - h) = 1; with normal noise between pairs, a 1% check alarms
     in about 1% of runs (20,000 simulated runs of 3 pairs, a fixed seed: 200 expected)."""
-    from lab.experiments.verdict import timing_check
+    from lab.experiments.verdict import TTest, timing_check
 
     rng = np.random.default_rng(0)
     alarms = sum(timing_check(np.exp(rng.normal(0, 0.05, 3)), "at_most", 1.0, quantity="gain", bound_name="bound",
-                              false_alarm_rate=0.01).alarm for _ in range(20_000))
+                              test=TTest(false_alarm_rate=0.01)).alarm for _ in range(20_000))
     assert 150 <= alarms <= 250, alarms
 
 
 def test_noise_groups_are_pooled_each_about_its_own_mean():
-    from lab.experiments.verdict import timing_check
+    from lab.experiments.verdict import TTest, timing_check
 
     # the same spread at very different levels (the other points of a sweep) narrows the margin: more freedom
     alone = timing_check([1.02, 0.98, 1.0], "at_most", 1.0, quantity="gain at 0%", bound_name="the bound")
     pooled = timing_check([1.02, 0.98, 1.0], "at_most", 1.0, quantity="gain at 0%", bound_name="the bound",
-                          noise=[[2.04, 1.96, 2.0], [7.14, 6.86, 7.0]])
+                          test=TTest(noise=[[2.04, 1.96, 2.0], [7.14, 6.86, 7.0]]))
     assert "df 2" in alone.text and "df 6" in pooled.text and "6 more for the noise" in pooled.text
     edge = lambda check: float(check.text.split("alarm only above ")[1].split(":")[0])  # noqa: E731
     assert 1 < edge(pooled) < edge(alone)
 
 
 def test_a_timing_check_rejects_what_it_cannot_judge():
-    from lab.experiments.verdict import timing_check
+    from lab.experiments.verdict import TTest, timing_check
 
     with pytest.raises(ValueError, match="claim='above'"):
         timing_check([1.0, 1.1], "above", 1.0, quantity="q", bound_name="b")
@@ -147,6 +147,17 @@ def test_a_timing_check_rejects_what_it_cannot_judge():
     with pytest.raises(ValueError, match="all positive"):
         timing_check([1.0, 0.0], "at_most", 1.0, quantity="q", bound_name="b")
     with pytest.raises(ValueError, match="false_alarm_rate=0.7"):
-        timing_check([1.0, 1.1], "at_most", 1.0, quantity="q", bound_name="b", false_alarm_rate=0.7)
+        TTest(false_alarm_rate=0.7)
     # one pair is judged by the noise of other pairs
-    assert not timing_check([1.0], "at_most", 1.0, quantity="q", bound_name="b", noise=[[2.0, 2.1]]).alarm
+    assert not timing_check([1.0], "at_most", 1.0, quantity="q", bound_name="b", test=TTest(noise=[[2.0, 2.1]])).alarm
+
+
+def test_all_of_holds_only_where_every_verdict_shows_the_claim():
+    from lab.experiments.verdict import all_of
+
+    below, above, unsure = Verdict("a", ("below",)), Verdict("b", ("above",)), Verdict("c", None)
+    assert all_of([below, below], "below").order == ("below",)
+    assert all_of([below, above], "below").order == ("above",), "one shows the other side: that side"
+    assert all_of([below, unsure], "below").order is None, "one cannot tell: nor can all"
+    nothing = all_of([], "below", none="no ratio")
+    assert nothing.order is None and nothing.text == "no ratio"

@@ -208,8 +208,11 @@ def _fleet(trace: Trace, settings: AuditSettings, block_size: int, cached: np.nd
         routed = attribute(explained.token_ids, block_size=block_size, kv_tokens=kv_tokens, replicas=replicas,
                            replica_of=advice.routes, hash_algo=REPLAY_HASH)
     one_cache = pd.DataFrame({"prompt_tokens": trace.lengths, "cached_tokens": cached})
-    over_time = timeline(trace.arrivals, one_cache, routed.requests if routed else None,
-                         lambda window: trace.block_hash_sets(block_size, window), block_size=block_size,
+
+    def tokens_touched(window):
+        return {w: n * block_size for w, n in trace.block_hash_sets(block_size, window).items()}
+
+    over_time = timeline(trace.arrivals, one_cache, routed.requests if routed else None, tokens_touched,
                          kv_tokens=kv_tokens)
     return FleetSection(advice, routed.table() if routed else None, over_time)
 
@@ -227,8 +230,7 @@ def _read(path: str | Path, settings: AuditSettings, tokenizer) -> Trace:
     """The log read once, hashed at every block size asked for (default: the back-end's), the first requests
     kept whole; refused when the KV capacity cannot hold its longest prompt."""
     trace = read_trace(path, tokenizer, block_sizes=settings.block_sizes or accepted_block_sizes(),
-                       sample=max(settings.explained, settings.field_sample), skip_bad=settings.skip_bad,
-                       progress=settings.progress, workers=settings.workers)
+                       sample=max(settings.explained, settings.field_sample), settings=settings)
     check_capacity(trace.lengths, settings.kv_tokens, trace.lines, trace.path)
     return trace
 

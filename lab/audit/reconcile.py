@@ -9,7 +9,7 @@
    blocks stored and removed, against the blocks the replay stored and every eviction the attribution blames.
 
 Each replica's requests run on one server in turn, its prefix cache emptied in between: replicas share nothing,
-so this is the fleet's behaviour replica by replica. Requests go one at a time, or `stagger_s` apart with all
+so this is the fleet's behaviour replica by replica. Requests go one at a time, or STAGGER_S apart with all
 of them in flight at once (each still holds its place in the order, so the order the replay assumed is the
 order the engine saw: `waves`; one-token requests open the connections first, `_open`). Every request asks for
 one token: a longer answer would fill and cache more blocks than the prompt's, which the replay does not model.
@@ -31,6 +31,7 @@ from lab.core.block_hash import kv_blocks
 from lab.serving.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
 
 FULL_HASHES = {"VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES": "0"}  # events carry whole hashes, as the lab computes them
+LEAD_S, STAGGER_S = 0.1, 0.005  # a wave's first request leads by LEAD_S; the rest follow STAGGER_S apart
 COUNTERS = (PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS)
 
 
@@ -139,14 +140,12 @@ def _send_all(pool, client, server, prompts: Sequence[Sequence[int]], salts: Seq
 
 
 def reconcile(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Sequence[str | None] | None = None,
-              waves: Sequence[int] | None = None, stagger_s: float = 0.005, lead_s: float = 0.1,
-              model: str | None = None,
-              server_environment: dict[str, str] | None = None) -> Reconciliation:
+              waves: Sequence[int] | None = None, model: str | None = None) -> Reconciliation:
     """Replay the trace on a real `vllm serve` with the attribution's block size and KV capacity (one server;
     each replica's requests in turn, the cache emptied in between) and compare (see the module docstring).
     `waves`: one number per request; consecutive requests with the same number are in flight together
-    (None: one request at a time). A wave's first request leads by `lead_s`, so that on a busy machine the
-    next cannot reach the engine before it (the order is what the replay assumed); the rest follow `stagger_s`
+    (None: one request at a time). A wave's first request leads by LEAD_S, so that on a busy machine the
+    next cannot reach the engine before it (the order is what the replay assumed); the rest follow STAGGER_S
     apart."""
     from lab.serving.metrics import parse_metrics
     from lab.serving.processes import free_port
@@ -163,7 +162,7 @@ def reconcile(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Sequ
                     engine_args={"num_gpu_blocks_override": kv_blocks(misses.kv_tokens, misses.block_size) + 1,
                                  "max_model_len": max(map(len, token_ids)) + 1},  # vLLM wants room for one
                     extra_args=kv_events_args(publish_port, replay_port),
-                    environment=FULL_HASHES | (server_environment or {})) as server:
+                    environment=FULL_HASHES) as server:
         for _, rows in misses.requests.groupby("replica", sort=True):
             server.reset_prefix_cache()
             index = rows.request.tolist()
@@ -172,7 +171,7 @@ def reconcile(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Sequ
                 _open(pool, client, server, widest)
                 first = parse_metrics(server.metrics_text())
                 cached = _send_all(pool, client, server, [token_ids[i] for i in index], [salts[i] for i in index],
-                                   [waves[i] for i in index], stagger_s, lead_s)
+                                   [waves[i] for i in index], STAGGER_S, LEAD_S)
             before_after.append((first, parse_metrics(server.metrics_text())))
             engine |= dict(zip(index, cached))
         events = read_kv_events(replay_port)
@@ -187,4 +186,4 @@ def reconcile(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Sequ
                           (misses.evictions, len(events.removed)),
                           (len(blamed), len(blamed & set(events.removed))),
                           f"{len(set(waves))} waves for {len(waves)} requests; in a wave the first leads by "
-                          f"{lead_s * 1000:.0f} ms, the rest {stagger_s * 1000:.0f} ms apart")
+                          f"{LEAD_S * 1000:.0f} ms, the rest {STAGGER_S * 1000:.0f} ms apart")

@@ -43,23 +43,22 @@ def window_of(arrivals: Sequence[float | None], windows: int) -> Windows:
     return Windows(index * windows // max(n, 1), np.arange(windows) * n / windows, "requests")
 
 
-def distinct_blocks(token_ids: Sequence[Sequence[int]], block_size: int) -> Callable[[np.ndarray], dict[int, int]]:
-    """For prompts held as token ids: window -> how many distinct full blocks the window's requests hold."""
+def distinct_block_tokens(token_ids: Sequence[Sequence[int]], block_size: int) -> Callable[[np.ndarray], dict[int, int]]:
+    """For prompts held as token ids: window -> the tokens of the distinct full blocks the window's requests hold."""
     def count(window: np.ndarray) -> dict[int, int]:
         touched: dict[int, set[bytes]] = {}
         for w, ids in zip(window.tolist(), token_ids):
             touched.setdefault(w, set()).update(chain_hashes(full_blocks(ids, block_size), REPLAY_HASH))
-        return {w: len(s) for w, s in touched.items()}
+        return {w: len(s) * block_size for w, s in touched.items()}
     return count
 
 
 def timeline(arrivals: Sequence[float | None], one_cache: pd.DataFrame, fleet: pd.DataFrame | None,
-             blocks_touched: Callable[[np.ndarray], dict[int, int]], *, block_size: int, kv_tokens: int,
-             windows: int = 40) -> Timeline:
+             tokens_touched: Callable[[np.ndarray], dict[int, int]], *, kv_tokens: int, windows: int = 40) -> Timeline:
     """Per window: requests, the token hit rate of one cache (`one_cache`: a row per request with prompt_tokens and
     cached_tokens), the fleet's (`fleet`: the same for the replicas, for the first len(fleet) requests: the windows
-    after those have none), and the working set in tokens (`blocks_touched(window)`: distinct blocks per window, as
-    `distinct_blocks` or `Trace.block_hash_sets` count them) beside `kv_tokens`."""
+    after those have none), and the working set (`tokens_touched(window)`: the tokens of the distinct blocks per
+    window, as `distinct_block_tokens` or `Trace.block_hash_sets` count them) beside `kv_tokens`."""
     windowed = window_of(list(arrivals), windows)
     window, starts = windowed.window, windowed.starts
     frame = pd.DataFrame({"window": window, "prompt_tokens": one_cache.prompt_tokens.to_numpy(),
@@ -73,7 +72,7 @@ def timeline(arrivals: Sequence[float | None], one_cache: pd.DataFrame, fleet: p
     table = pd.DataFrame({"start": starts[sums.index], "requests": frame.groupby("window").size(),
                           "hit_rate": sums.cached_tokens / sums.prompt_tokens})
     table["fleet_hit_rate"] = sums.fleet_cached_tokens / sums.fleet_prompt_tokens if fleet is not None else np.nan
-    touched = blocks_touched(window)
-    table["working_set_tokens"] = [touched[w] * block_size for w in table.index]
+    touched = tokens_touched(window)
+    table["working_set_tokens"] = [touched[w] for w in table.index]
     table["kv_tokens"] = kv_tokens
     return Timeline(table.reset_index(), windowed.unit)

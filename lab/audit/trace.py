@@ -36,6 +36,7 @@ from lab.audit.prompts import (
     raw_records,
     tokenize_batch,
 )
+from lab.audit.settings import AuditSettings
 from lab.checks import positive_int
 from lab.core.block_hash import kv_blocks
 
@@ -249,21 +250,21 @@ def _chunks(path: Path, reader: _Reader, workers: int, keep_before) -> Iterator[
 
 
 def read_trace(path: str | Path, tokenizer, *, block_sizes: Sequence[int], sample: int = 5_000,
-               max_model_len: int | None = None, skip_bad: bool = False, progress: bool = True,
-               workers: int = 1) -> Trace:
+               settings: AuditSettings | None = None) -> Trace:
     """Read a prompts file (as lab.audit.prompts.read_prompts reads it: the same records, errors and arrival order)
     in one pass, keeping per request only its length, arrival, tenant, salt and block hashes, and the texts and
-    token ids of the first `sample` requests in arrival order. With `workers` above 1, that many processes parse,
-    tokenize and hash, each with its own piece memo (the result is the same). On 2 cores one process is the better
-    choice (the Rust tokenizer uses both cores already; two processes were 5% faster and took 30% more memory);
-    more processes pay where more cores are."""
+    token ids of the first `sample` requests in arrival order. From `settings` (default: AuditSettings()): whether
+    bad lines are skipped, progress bars, and `workers`: above 1, that many processes parse, tokenize and hash,
+    each with its own piece memo (the result is the same). On 2 cores one process is the better choice (the Rust
+    tokenizer uses both cores already; two processes were 5% faster and took 30% more memory); more processes pay
+    where more cores are. A prompt longer than the tokenizer's `model_max_length` is refused."""
     from tqdm.auto import tqdm
 
+    settings = settings or AuditSettings()
     positive_int("sample", sample, "the requests whose token ids the explanations read, e.g. 5000")
-    positive_int("workers", workers, "processes that read the log, e.g. 1 (the default) or the number of cores")
+    skip_bad, progress, workers = settings.skip_bad, settings.progress, settings.workers
     path = Path(path)
-    reader = _Reader(tokenizer, str(path), list(block_sizes), skip_bad,
-                     max_model_len or getattr(tokenizer, "model_max_length", None))
+    reader = _Reader(tokenizer, str(path), list(block_sizes), skip_bad, getattr(tokenizer, "model_max_length", None))
     skipped: list[str] = []
     blocks = {size: BlockArrays(size) for size in block_sizes}
     first, requests, found = _FirstArrivals(sample), _Requests(), 0

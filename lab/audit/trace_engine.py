@@ -16,24 +16,26 @@ from pathlib import Path
 
 import numpy as np
 
-from lab.audit.block_trace import BlockTrace, cached_tokens, read_block_trace
+from lab.audit.block_trace import MOONCAKE, BlockTrace, cached_tokens, read_block_trace
 from lab.core.block_hash import token_hit_rate
 from lab.experiments.results import write_atomically
 from lab.experiments.serving_bench import Sent, bench_serve
 from lab.serving.server import VLLMServer
 
+SOURCE_BLOCK_TOKENS = MOONCAKE["block_tokens"]  # the tokens each id stands for in the source trace
+
 
 def scaled_slice(source: str | Path, out: str | Path, *, requests: int, tokens_per_id: int, output_tokens: int,
-                 max_input_tokens: int, source_block_tokens: int = 512) -> Path:
-    """The first `requests` requests of `source` whose scaled input fits `max_input_tokens`, written as a
-    timed-trace JSONL (timestamps as in the source, in its own unit)."""
+                 max_input_tokens: int) -> Path:
+    """The first `requests` requests of `source` (a Mooncake-format trace) whose scaled input fits
+    `max_input_tokens`, written as a timed-trace JSONL (timestamps as in the source, in its own unit)."""
     lines = []
     opener = __import__("gzip").open if str(source).endswith(".gz") else open
     with opener(source, "rt") as f:
         for text in f:
             record = json.loads(text)
-            full, partial = divmod(record["input_length"], source_block_tokens)
-            length = full * tokens_per_id + math.ceil(partial * tokens_per_id / source_block_tokens)
+            full, partial = divmod(record["input_length"], SOURCE_BLOCK_TOKENS)
+            length = full * tokens_per_id + math.ceil(partial * tokens_per_id / SOURCE_BLOCK_TOKENS)
             if length + output_tokens > max_input_tokens:
                 continue
             lines.append(json.dumps({"timestamp": record["timestamp"], "input_length": length,
@@ -66,10 +68,22 @@ def predicted(path: str | Path, tokens_per_id: int, kv_blocks: int) -> tuple[Blo
     return trace, cached_tokens(trace, kv_blocks * tokens_per_id)
 
 
-def engine_replay(server: VLLMServer, path: str | Path, *, tokens_per_id: int, kv_blocks: int, sec_multiplier: float,
-                  one_at_a_time: bool, seed: int = 0) -> EngineReplay:
+def server_pool(server: VLLMServer) -> tuple[int, int]:
+    """The server's block size (the tokens each id of the slice stands for) and its usable KV blocks: the pool the
+    prediction replays through."""
+    blocks = server.engine_args.get("num_gpu_blocks_override")
+    if server.block_size is None or blocks is None:
+        raise ValueError("engine_replay needs a server started with block_size=<tokens per id> and engine_args="
+                         "{'num_gpu_blocks_override': <usable blocks> + 1}: its prediction replays that pool")
+    return server.block_size, blocks - 1  # vLLM's null block takes one
+
+
+def engine_replay(server: VLLMServer, path: str | Path, *, sec_multiplier: float, one_at_a_time: bool,
+                  seed: int = 0) -> EngineReplay:
     """The slice through the real server (its prefix cache emptied first) with vLLM's client, at the trace's
-    arrival times scaled by `sec_multiplier`, or one request at a time."""
+    arrival times scaled by `sec_multiplier`, or one request at a time; beside the lab's replay of the slice
+    through a pool of the server's block size and usable blocks."""
+    tokens_per_id, kv_blocks = server_pool(server)
     trace, cached = predicted(path, tokens_per_id, kv_blocks)
     server.reset_prefix_cache()
     extra = ["--timed-trace-chunk-hash-size", str(tokens_per_id), "--timed-trace-sec-multiplier", str(sec_multiplier)]

@@ -8,12 +8,14 @@ and the capacity table notebook 17 builds (off against on, the bound beside it, 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from lab.experiments.gains import amdahl_bound
+
+MIN_PROMPTS = 8  # a benchmark run at a low rate still sends this many prompts (sweeps, searches, the cost model)
 
 
 class CapacityColumns:
@@ -39,20 +41,23 @@ class CapacityColumns:
     MODEL_RATIO = "cost model ratio"
 
 
-def capacity_row(dataset: str, *, unloaded_off_ms: float, unloaded_on_ms: float, target_ms: float, off: float,
-                 on: float, hit_rate: float) -> dict:
-    """One dataset's row of the capacity table: capacities off and on at the target, their ratio (infinite when
-    caching off met no swept rate), the hit rate and its bound."""
+def capacity_row(dataset: str, capacities: Mapping[str, float], unloaded_ms: Mapping[str, float], *,
+                 target_ms: float, hit_rate: float) -> dict:
+    """One dataset's row of the capacity table: the unloaded p99 TTFT and the capacity at the target, each with
+    caching "off" and "on", the capacities' ratio (infinite when caching off met no swept rate), the hit rate and
+    its bound."""
     c = CapacityColumns
-    return {c.DATASET: dataset, c.UNLOADED_OFF: unloaded_off_ms, c.UNLOADED_ON: unloaded_on_ms, c.TARGET: target_ms,
-            c.OFF: off, c.ON: on, c.RATIO: on / off if off else math.inf, c.HIT_RATE: hit_rate,
+    off, on = capacities["off"], capacities["on"]
+    return {c.DATASET: dataset, c.UNLOADED_OFF: unloaded_ms["off"], c.UNLOADED_ON: unloaded_ms["on"],
+            c.TARGET: target_ms, c.OFF: off, c.ON: on, c.RATIO: on / off if off else math.inf, c.HIT_RATE: hit_rate,
             c.BOUND: amdahl_bound(hit_rate)}
 
 
 def capacity_frame(rows: Sequence[dict]) -> pd.DataFrame:
     """The capacity table from `capacity_row`s, indexed by dataset."""
-    return pd.DataFrame(rows, columns=list(capacity_row("", unloaded_off_ms=0, unloaded_on_ms=0, target_ms=0, off=1,
-                                                        on=1, hit_rate=0))).set_index(CapacityColumns.DATASET)
+    ones = {"off": 1, "on": 1}
+    columns = list(capacity_row("", ones, ones, target_ms=0, hit_rate=0))
+    return pd.DataFrame(rows, columns=columns).set_index(CapacityColumns.DATASET)
 
 
 def add_searched(table: pd.DataFrame, searched: pd.DataFrame) -> pd.DataFrame:

@@ -171,17 +171,19 @@ class CostModel:
                                     arrivals_s, (self.max_num_batched_tokens, self.max_num_seqs))
 
     def capacity(self, prompt_tokens, cached_tokens, output_tokens: int, target_ms: float, *,
-                 seconds: float | None = None, min_prompts: int = 8, tolerance: float = 0.02) -> float:
-        """The highest Poisson rate whose projected p99 TTFT meets `target_ms` (bisection to within `tolerance`).
-        With `seconds`, a run at rate r sends the first max(min_prompts, r x seconds) prompts, as a benchmark
-        run of that length does (a short run ends before its queue reaches a steady state); else all of them."""
+                 seconds: float | None = None) -> float:
+        """The highest Poisson rate whose projected p99 TTFT meets `target_ms` (bisection to within 2%). With
+        `seconds`, a run at rate r sends the first max(MIN_PROMPTS, r x seconds) prompts, as a benchmark run of that
+        length does (a short run ends before its queue reaches a steady state); else all of them."""
+        from lab.experiments.capacity import MIN_PROMPTS, highest_rate_meeting
+
         def p99(rate: float) -> float:
-            n = len(prompt_tokens) if seconds is None else min(len(prompt_tokens), max(min_prompts, math.ceil(rate * seconds)))
+            n = len(prompt_tokens)
+            if seconds is not None:
+                n = min(n, max(MIN_PROMPTS, math.ceil(rate * seconds)))
             return self.p99_ttft_ms(prompt_tokens[:n], cached_tokens[:n], output_tokens, rate)
 
-        from lab.experiments.capacity import highest_rate_meeting
-
-        return highest_rate_meeting(lambda rate: p99(rate) <= target_ms, low=1.0, high=2.0, tolerance=tolerance,
+        return highest_rate_meeting(lambda rate: p99(rate) <= target_ms, low=1.0, high=2.0, tolerance=0.02,
                                     floor=1e-3)
 
     def table(self) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from lab.checks import number_in, positive_int
 from lab.core.model import tokenizer_for
-from lab.experiments.capacity import highest_rate_meeting
+from lab.experiments.capacity import MIN_PROMPTS, highest_rate_meeting
 from lab.experiments.measure import offered_rate
 from lab.experiments.results import write_atomically
 from lab.serving import vllm_internals
@@ -61,7 +61,7 @@ class Search:
     high: float
     seconds_per_rate: float
     tolerance: float = 0.10
-    min_prompts: int = 8
+    min_prompts: int = MIN_PROMPTS
     max_runs: int = 12
     known: dict[float, bool] | None = None
 
@@ -161,7 +161,7 @@ def bench_serve(server: VLLMServer, sent: Sent, *, request_rate: float, num_prom
 
 
 def sweep_rates(server: VLLMServer, sent: Sent, rates: Sequence[float], *, seconds_per_rate: float,
-                min_prompts: int = 8, progress: bool = True) -> pd.DataFrame:
+                min_prompts: int = MIN_PROMPTS, progress: bool = True) -> pd.DataFrame:
     """`bench_serve` at each rate, lowest first, each from an empty prefix cache and lasting about
     `seconds_per_rate` (rate x seconds prompts, at least `min_prompts`); one row per rate."""
     if not rates:

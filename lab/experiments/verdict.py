@@ -118,14 +118,14 @@ def against_bound(item: Spread, bound: float, *, quantity: str, bound_name: str,
 
 
 def within_tolerance(item: Spread, reference: float, tolerance: float, *, quantity: str, reference_name: str,
-                     unit: str = "", digits: int = 1) -> Verdict:
+                     digits: int = 1) -> Verdict:
     """Whether `item`'s repeats lie within `tolerance` (a fraction) of `reference`: all of them, none of them, or
     some, in which case this run cannot tell. A spread wider than the tolerance band itself can never tell."""
     if not tolerance > 0:
         raise ValueError(f"tolerance={tolerance!r} must be a positive fraction, e.g. 0.15 for 15%")
     low, high = reference * (1 - tolerance), reference * (1 + tolerance)
-    shown = (f"{quantity} {item.describe(unit, digits)} against {reference_name} {reference:,.{digits}f}"
-             f"{' ' + unit if unit else ''} (within {tolerance:.0%}: {low:,.{digits}f}-{high:,.{digits}f})")
+    shown = (f"{quantity} {item.describe(digits=digits)} against {reference_name} {reference:,.{digits}f} "
+             f"(within {tolerance:.0%}: {low:,.{digits}f}-{high:,.{digits}f})")
     if len(item.values) < 2:
         return Verdict(f"{shown}: no spread from one run, so this run cannot tell whether {reference_name} is "
                        f"within {tolerance:.0%}.", None)
@@ -135,6 +135,15 @@ def within_tolerance(item: Spread, reference: float, tolerance: float, *, quanti
         return Verdict(f"{shown}: no {item.each} is within it.", ("outside",))
     return Verdict(f"{shown}: some {item.each}s are and some are not, so this run cannot tell whether "
                    f"{reference_name} is within {tolerance:.0%}.", None)
+
+
+def all_of(verdicts: Sequence[Verdict], claim: str, *, none: str = "nothing could be judged") -> Verdict:
+    """One verdict for several: `claim` where every one shows it, another order where one shows that, else this run
+    cannot tell; with no verdict at all it cannot tell either, and says `none`."""
+    orders = [v.order for v in verdicts]
+    other = [o for o in orders if o is not None and o[0] != claim]
+    order = (claim,) if verdicts and all(o == (claim,) for o in orders) else other[0] if other else None
+    return Verdict("; ".join(v.text for v in verdicts) or none, order)
 
 
 def outliers(item: Spread, factor: float = 2.0) -> list[float]:
@@ -147,6 +156,19 @@ def outliers(item: Spread, factor: float = 2.0) -> list[float]:
 # (29 x 0.05% + 16 x 0.025%) together fail at random 1.85% of the time at most (their list: docs/TESTING.md)
 FALSE_ALARM_RATE = 0.0005
 CLAIMS = {"at_most": "at most", "at_least": "at least"}
+
+
+@dataclass(frozen=True)
+class TTest:
+    """What a timing check's t-test is held to: `noise`, groups of ratios of further pairs of the run whose logs
+    scatter as the checked ones do (the other points of a sweep, say), pooled into the spread; and the false-alarm
+    rate it allows (two one-sided checks of one band take half each)."""
+
+    noise: Sequence[Sequence[float]] = ()
+    false_alarm_rate: float = FALSE_ALARM_RATE
+
+    def __post_init__(self) -> None:
+        number_in("false_alarm_rate", self.false_alarm_rate, 0, 0.5, "a fraction in (0, 0.5)", ends="(]")
 
 
 @dataclass(frozen=True)
@@ -180,23 +202,22 @@ def _pooled_sd(samples: Sequence[np.ndarray]) -> tuple[float, int]:
 
 
 def timing_check(ratios: Sequence[float], claim: str, bound: float, *, quantity: str, bound_name: str,
-                 noise: Sequence[Sequence[float]] = (), false_alarm_rate: float = FALSE_ALARM_RATE) -> TimingCheck:
+                 test: TTest = TTest()) -> TimingCheck:
     """Check that the true ratio is `claim` ("at_most" or "at_least") `bound`, from paired, interleaved repeats.
 
     Each repeat gives one ratio of two runs made side by side (on / off, say). On their logs, a one-sided t-test
     raises the alarm when the mean lies on the wrong side of log(bound) by more than t(1 - rate, df) standard
     errors: on a correct lab (true ratio on the claimed side or on the bound itself) that happens at most
-    `false_alarm_rate` of the time, the noise being normal and independent between pairs. `noise`: groups of
-    ratios of further pairs of this run whose logs scatter as these do (the other points of a sweep, say); their
-    spread, each group about its own mean, is pooled in: a margin from this machine's noise, with more degrees of
-    freedom."""
+    `test.false_alarm_rate` of the time, the noise being normal and independent between pairs. The spread of
+    `test.noise`, each group about its own mean, is pooled in: a margin from this machine's noise, with more
+    degrees of freedom."""
     from scipy.stats import t as student_t
 
     if claim not in CLAIMS:
         raise ValueError(f"claim={claim!r} must be one of {sorted(CLAIMS)}")
-    number_in("false_alarm_rate", false_alarm_rate, 0, 0.5, "a fraction in (0, 0.5)", ends="(]")
+    false_alarm_rate = test.false_alarm_rate
     logs = _logs(quantity, ratios)
-    groups = [_logs("noise", group) for group in noise]
+    groups = [_logs("noise", group) for group in test.noise]
     sd, freedom = _pooled_sd([logs, *groups])
     margin = float(student_t.ppf(1 - false_alarm_rate, freedom)) * sd / len(logs) ** 0.5
     mean = float(np.exp(logs.mean()))
