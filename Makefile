@@ -108,7 +108,7 @@ stale: setup
 PYTEST_PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 PYTEST_ALL = tests notebooks $(PYTEST_PARALLEL) --durations=40
 # line coverage of lab/ in the pytest processes (kernels not counted): `make coverage`, not `make test`, because
-# tracing slowed the suite's Python by about a quarter (an engine test file: 88 s plain, 112 s traced)
+# tracing slowed the suite's Python by about a quarter (two engine test files: 88 s plain, 112 s traced)
 COVERAGE_MIN ?= 90
 
 # The repository's content first (layers, conventions, the ledger, prose, executed copies, figures: `repo` in

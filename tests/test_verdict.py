@@ -161,3 +161,14 @@ def test_all_of_holds_only_where_every_verdict_shows_the_claim():
     assert all_of([below, unsure], "below").order is None, "one cannot tell: nor can all"
     nothing = all_of([], "below", none="no ratio")
     assert nothing.order is None and nothing.text == "no ratio"
+
+
+def test_no_alarm_with_the_mean_beyond_the_claim_says_it_is_not_shown():
+    from lab.experiments.findings import CANNOT_TELL, from_check
+    from lab.experiments.verdict import timing_check
+
+    check = timing_check([0.99, 1.10, 1.06], "at_most", 1.0, quantity="gain at 0%", bound_name="the bound")
+    assert not check.alarm and check.beyond and "mean itself lies above 1, so at most it is not shown" in check.text
+    assert from_check(check, "g", "At most?").verdict == CANNOT_TELL
+    inside = timing_check([0.95, 0.99, 0.97], "at_most", 1.0, quantity="gain", bound_name="the bound")
+    assert not inside.beyond and "passes" in inside.text

@@ -66,9 +66,10 @@ def from_verdict(verdict: Verdict, finding_id: str, question: str, *, expected: 
 
 def from_check(check: TimingCheck, finding_id: str, question: str, *, says: dict[str, str] | None = None,
                value: int | float | str | None = None) -> Finding:
-    """A one-sided timing check (`timing_check`) as a finding: the claim holds where the test raises no alarm, and
-    does not hold where it does. (No alarm is not proof: the check's sentence names its margin and its rate.)"""
-    outcome = DOES_NOT_HOLD if check.alarm else HOLDS
+    """A one-sided timing check (`timing_check`) as a finding: the claim does not hold where the test raises the
+    alarm; this run cannot tell where it raises none but the mean itself lies beyond the claim; else it holds. (No
+    alarm is not proof: the check's sentence names its margin and its rate.)"""
+    outcome = DOES_NOT_HOLD if check.alarm else CANNOT_TELL if check.beyond else HOLDS
     return Finding(finding_id, question, outcome, (says or {}).get(outcome, check.text), check.text, value)
 
 

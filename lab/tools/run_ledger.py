@@ -113,7 +113,8 @@ def ledger_section(ledger: Path = LEDGER) -> str:
             continue
         inner = "notebooks" if command == "make run" else "pytest"
         shown = pd.DataFrame({
-            "date": runs.date, "commit": "`" + runs.commit + "`", "beside it on the cores": runs.beside,
+            "date": runs.date, "commit": "`" + runs.commit + "`", "machine": runs.machine,
+            "beside it on the cores": runs.beside,
             "outcome": runs.outcome, "wall, with the install": runs.wall_s.astype(int).map(minutes),
             f"{inner} (s)": runs.inner_s.astype(str), "cells over 2x": runs.cells_over_2x.astype(str),
             f"within {budget // 60} min": [("yes" if int(w) <= budget else "no") + ("" if str(c) == "True" else ", not clean")
