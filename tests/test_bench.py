@@ -25,10 +25,10 @@ def test_summary_weights_hit_rate_by_tokens():
 
 
 def test_the_simulator_benchmark_times_every_policy_on_one_hashing(tmp_path, monkeypatch):
-    from lab.experiments.bench import main, router_policies_seconds, time_sim_policies
+    from lab.experiments.bench import SimPoint, main, router_policies_seconds, time_sim_policies
     from lab.experiments.fleet_sim import SIM_POLICIES, SIMULATED_ROUTER_POLICIES
 
-    timing = time_sim_policies(60, 4)
+    timing = time_sim_policies(SimPoint(requests=60, replicas=4))
     assert timing.policy.tolist() == ["(hashing the trace once)", *SIM_POLICIES]
     assert timing.seconds.gt(0).all() and (timing.requests == 60).all() and (timing.replicas == 4).all()
     seconds = dict(zip(timing.policy, timing.seconds))

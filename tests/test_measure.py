@@ -4,7 +4,7 @@ import math
 import pandas as pd
 import pytest
 
-from lab.experiments.measure import RunFacts, arrival_times, compare, run_workload, summarize
+from lab.experiments.measure import Poisson, RunFacts, arrival_times, compare, run_workload, summarize
 from lab.experiments.workloads import generate_workload
 from lab.serving import vllm_internals
 
@@ -30,8 +30,8 @@ def test_offline_rows_are_sane(llm, prompts):
 
 def test_online_requests_reach_the_engine_at_their_arrival_times(llm, prompts):
     rate = 8.0
-    df = run_workload(llm, prompts[:8], max_tokens=2, mode="online", rate=rate, seed=1, progress=False).rows
-    assert df.arrival_s.tolist() == arrival_times(8, "online", rate, seed=1), "the TTFT clock starts at the plan"
+    df = run_workload(llm, prompts[:8], max_tokens=2, mode=Poisson(rate, seed=1), progress=False).rows
+    assert df.arrival_s.tolist() == arrival_times(8, Poisson(rate, seed=1)), "the TTFT clock starts at the plan"
     late = df.sent_s - df.arrival_s
     assert (late >= 0).all(), "no request is sent before it arrives"
     assert df.sent_s.iloc[-1] >= df.arrival_s.iloc[-1] > 0.3, "the run lasts as long as the schedule"
@@ -46,7 +46,9 @@ def test_bad_input_is_named_and_nothing_is_sent(llm):
     with pytest.raises(ValueError, match="prompts is empty"):
         run_workload(llm, [])
     with pytest.raises(ValueError, match=r"rate=0.*positive arrival rate"):
-        run_workload(llm, ["a"], mode="online", rate=0)
+        run_workload(llm, ["a"], mode=Poisson(rate=0))
+    with pytest.raises(ValueError, match=r"mode='online'.*Poisson\(rate"):
+        run_workload(llm, ["a"], mode="online")
     with pytest.raises(ValueError, match="mode=.batch.*sequential"):
         run_workload(llm, ["a"], mode="batch")
     limit = vllm_internals.max_model_len(llm)
@@ -88,8 +90,8 @@ def test_online_summary_reports_the_rate_the_arrivals_delivered():
 
 
 def test_arrival_times_are_seeded_poisson():
-    times = arrival_times(2000, "online", rate=10.0, seed=3)
-    assert times == arrival_times(2000, "online", rate=10.0, seed=3)
+    times = arrival_times(2000, Poisson(rate=10.0, seed=3))
+    assert times == arrival_times(2000, Poisson(rate=10.0, seed=3))
     assert abs(times[-1] / 1999 - 0.1) < 0.01
 
 

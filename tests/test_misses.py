@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab.audit.misses import CAUSES, STRIDE, attribute
+from lab.audit.misses import CAUSES, STRIDE, Routes, attribute
 from lab.audit.replay import replay_hit_rate
 
 BS = 16
@@ -62,7 +62,7 @@ def test_evicted_blocks_are_blamed_on_the_cache_size_and_named():
 
 def test_another_replica_and_another_salt():
     prompt = words(64, 20)
-    _, elsewhere = causes_of([prompt, prompt], replica_of=[0, 1], replicas=2)
+    _, elsewhere = causes_of([prompt, prompt], routes=Routes([0, 1], replicas=2))
     only(elsewhere, other_replica=48, last_token=16)
     _, salted = causes_of([prompt, prompt], salts=["tenant-a", "tenant-b"])
     only(salted, salt=48, last_token=16)
@@ -83,7 +83,9 @@ def test_bad_arguments_name_the_parameter():
     with pytest.raises(ValueError, match="salts has 1 entries for 2 prompts"):
         attribute([[1, 2], [3, 4]], block_size=BS, kv_tokens=1000, salts=["a"])
     with pytest.raises(ValueError, match="replica_of must name replicas 0 .. 1"):
-        attribute([[1, 2]], block_size=BS, kv_tokens=1000, replica_of=[2], replicas=2)
+        attribute([[1, 2]], block_size=BS, kv_tokens=1000, routes=Routes([2], replicas=2))
+    with pytest.raises(ValueError, match="routes has 1 entries for 2 prompts"):
+        attribute([[1, 2], [3, 4]], block_size=BS, kv_tokens=1000, routes=Routes([0], replicas=1))
     with pytest.raises(ValueError, match="block_size"):
         attribute([[1, 2]], block_size=0, kv_tokens=1000)
 
@@ -99,8 +101,7 @@ def test_causes_add_up_to_the_uncached_tokens_exactly(pieces, kv_blocks, salted,
     trace = [ids for ids in trace if len(ids) < kv_blocks * BS - BS] or [[1, 2, 3]]
     salts = [random.Random(i).choice(["a", None]) for i in range(len(trace))] if salted else None
     routes = [i % replicas for i in range(len(trace))]
-    misses = attribute(trace, block_size=BS, kv_tokens=kv_blocks * BS, salts=salts, replica_of=routes,
-                       replicas=replicas)
+    misses = attribute(trace, block_size=BS, kv_tokens=kv_blocks * BS, salts=salts, routes=Routes(routes, replicas))
     rows = misses.requests
     assert (rows[list(CAUSES)] >= 0).all().all()
     assert (rows[list(CAUSES)].sum(axis=1) == rows.prompt_tokens - rows.cached_tokens).all()

@@ -14,7 +14,7 @@ import pytest
 
 from lab.core.model import ensure_model
 from lab.experiments.serving_bench import Search, Sent, bench_serve, export_custom_dataset, sweep_rates, unloaded_run
-from lab.serving.client import complete_concurrently, stream_completion
+from lab.serving.client import Sending, complete_concurrently, stream_completion
 from lab.serving.metrics import parse_metrics, scraping
 from lab.serving.processes import ServerStartError
 from lab.serving.server import VLLMServer
@@ -67,7 +67,7 @@ def test_serves_streams_and_reports_cached_tokens(server, write_jsonl):
     names = ["vllm:prefix_cache_hits_total", "vllm:request_success_total"]
     with scraping(server, names, interval_s=0.05) as scrapes:
         results = complete_concurrently(client, server.model_name, [prompt + f"Item {i}." for i in range(12)],
-                                        concurrency=6, max_tokens=48, progress=False)
+                                        Sending(concurrency=6, max_tokens=48, progress=False))
     assert [r.completion_tokens for r in results] == [48] * 12
     assert sum(r.cached_tokens for r in results) > 0
     # what a scrape catches mid-run depends on timing; the first scrape (before any request) and the last
@@ -204,7 +204,7 @@ def test_parse_metrics_sums_label_sets():
 @pytest.mark.parametrize("concurrency", [0, -2, 1.5, True])
 def test_concurrency_must_be_a_positive_count(concurrency):
     with pytest.raises(ValueError, match=r"concurrency=.*positive number of requests in flight"):
-        complete_concurrently(None, "lab-model", ["a"], concurrency=concurrency)
+        Sending(concurrency=concurrency)
 
 
 def test_free_ports_come_from_outside_the_kernels_ephemeral_range():

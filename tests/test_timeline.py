@@ -5,7 +5,7 @@ import json
 import numpy as np
 
 from lab.audit import audit
-from lab.audit.misses import attribute
+from lab.audit.misses import Routes, attribute
 from lab.audit.report import terminal_summary
 from lab.audit.timeline import distinct_block_tokens, timeline, window_of
 
@@ -25,7 +25,7 @@ def test_a_working_set_past_the_capacity_shows_as_a_falling_hit_rate():
     cycling = [list(range(2000 + 100 * (i % 6), 2000 + 100 * (i % 6) + 32)) + [i] for i in range(20)]  # 6 x 8 blocks
     trace = shared + cycling
     one = attribute(trace, block_size=block, kv_tokens=kv_tokens).requests
-    fleet = attribute(trace, block_size=block, kv_tokens=kv_tokens, replicas=2, replica_of=[i % 2 for i in range(40)])
+    fleet = attribute(trace, block_size=block, kv_tokens=kv_tokens, routes=Routes([i % 2 for i in range(40)], 2))
     over_time = timeline([float(i) for i in range(40)], one, fleet.requests, distinct_block_tokens(trace, block),
                          kv_tokens=kv_tokens, windows=2)
     table = over_time.table
@@ -40,7 +40,7 @@ def test_a_working_set_past_the_capacity_shows_as_a_falling_hit_rate():
 def test_the_fleet_hit_rate_covers_the_requests_it_was_simulated_for():
     trace = [list(range(64)) + [i] for i in range(40)]
     one = attribute(trace, block_size=4, kv_tokens=1000).requests
-    fleet = attribute(trace[:10], block_size=4, kv_tokens=1000, replicas=2, replica_of=[i % 2 for i in range(10)])
+    fleet = attribute(trace[:10], block_size=4, kv_tokens=1000, routes=Routes([i % 2 for i in range(10)], 2))
     over_time = timeline([None] * 40, one, fleet.requests, distinct_block_tokens(trace, 4), kv_tokens=1000,
                          windows=4)
     table = over_time.table

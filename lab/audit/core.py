@@ -33,11 +33,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 from lab.audit import cluster
 from lab.audit.breakers import Breakers, FixReplay, breakers_in
 from lab.audit.fields import Divergence, Field, breaking_fields, move_line_to_end, where_prompts_diverge
-from lab.audit.misses import Misses, attribute
+from lab.audit.misses import Misses, Routes, attribute
 from lab.audit.piece_tokens import TokenEncoder
 from lab.audit.projection import Confirmation, Projection, confirm_on_engine, project
 from lab.audit.prompts import encode, load_tokenizer
@@ -113,8 +114,8 @@ class WhyItMissed:
 def _why(trace: Trace, settings: AuditSettings, tokenizer, block_size: int) -> WhyItMissed:
     explained = trace.sample.head(settings.explained)
     salts = explained.salts if any(explained.salts) else None
-    misses = attribute(explained.token_ids, block_size=block_size, kv_tokens=settings.kv_tokens, salts=salts,
-                       progress=settings.progress, hash_algo=REPLAY_HASH)
+    ids = tqdm(explained.token_ids, desc="attributing misses", disable=not settings.progress, leave=False)
+    misses = attribute(ids, block_size=block_size, kv_tokens=settings.kv_tokens, salts=salts, hash_algo=REPLAY_HASH)
     changes = what_ifs(explained.token_ids, misses, salts=salts, block_sizes=list(trace.blocks))
     return WhyItMissed(misses, changes, divergence_points(explained.token_ids, misses, tokenizer.decode))
 
@@ -205,8 +206,8 @@ def _fleet(trace: Trace, settings: AuditSettings, block_size: int, cached: np.nd
                             progress=settings.progress)
     routed = None
     if replicas > 1:
-        routed = attribute(explained.token_ids, block_size=block_size, kv_tokens=kv_tokens, replicas=replicas,
-                           replica_of=advice.routes, hash_algo=REPLAY_HASH)
+        routed = attribute(explained.token_ids, block_size=block_size, kv_tokens=kv_tokens,
+                           routes=Routes(advice.routes, replicas), hash_algo=REPLAY_HASH)
     one_cache = pd.DataFrame({"prompt_tokens": trace.lengths, "cached_tokens": cached})
 
     def tokens_touched(window):

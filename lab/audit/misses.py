@@ -1,7 +1,7 @@
 """Why did it miss? Every prompt token that is not served from cache gets exactly one cause.
 
     misses = attribute(token_ids, block_size=32, kv_tokens=100_000)            # one engine
-    misses = attribute(token_ids, block_size=32, kv_tokens=8_000, salts=tenants, replica_of=routes, replicas=4)
+    misses = attribute(token_ids, block_size=32, kv_tokens=8_000, salts=tenants, routes=Routes(replica_of, 4))
     misses.totals          # tokens per cause; they add up to the uncached tokens, exactly
     misses.requests        # one row per request: cached tokens, tokens per cause, where it diverged
 
@@ -53,6 +53,19 @@ WINDOW = 16  # tokens in a row that count as text seen before (shorter matches a
 STRIDE = 8  # windows kept every STRIDE tokens: a run seen before is found to within STRIDE tokens at each end
 _POWERS = np.array([pow(1_000_003, k, 1 << 64) for k in range(WINDOW - 1, -1, -1)], dtype=np.uint64)
 _CONTINUATIONS_KEPT = 4  # distinct next blocks remembered per (chain, first token): enough to find the longest
+
+
+@dataclass(frozen=True)
+class Routes:
+    """The replica (0 .. replicas - 1) that served each request, e.g. a router's or `lab.experiments.fleet_sim`'s
+    routes, over a fleet of `replicas` (one may have served none)."""
+    replica_of: Sequence[int]
+    replicas: int
+
+    def __post_init__(self) -> None:
+        positive_int("replicas", self.replicas, "a positive number of replicas, e.g. 2")
+        if any(not 0 <= r < self.replicas for r in self.replica_of):
+            raise ValueError(f"replica_of must name replicas 0 .. {self.replicas - 1} (replicas={self.replicas})")
 
 
 @dataclass
@@ -174,24 +187,20 @@ def _explain(token_ids: Sequence[int], cached: int, block_size: int, unsalted: l
 
 
 def attribute(token_ids: Sequence[Sequence[int]], *, block_size: int, kv_tokens: int,
-              salts: Sequence[str | None] | None = None, replica_of: Sequence[int] | None = None, replicas: int = 1,
-              hash_algo: str = "sha256", progress: bool = False) -> Misses:
+              salts: Sequence[str | None] | None = None, routes: Routes | None = None,
+              hash_algo: str = "sha256") -> Misses:
     """Replay the trace and give every uncached prompt token one cause (see the module docstring).
-    `salts`: one cache_salt (or None) per request; `replica_of`: the replica (0 .. replicas - 1) that served
-    each request, e.g. a router's or `lab.experiments.fleet_sim`'s routes; `kv_tokens` is each replica's."""
-    from tqdm.auto import tqdm
-
+    `salts`: one cache_salt (or None) per request; `routes`: the replica that served each request, with
+    `kv_tokens` each replica's (None: one engine). For a progress bar, pass `tqdm(token_ids)`."""
     positive_int("block_size", block_size, "a block size, e.g. 32")
-    positive_int("replicas", replicas, "a positive number of replicas, e.g. 1")
-    for name, values in (("salts", salts), ("replica_of", replica_of)):
+    replicas, replica_of = (routes.replicas, routes.replica_of) if routes else (1, None)
+    for name, values in (("salts", salts), ("routes", replica_of)):
         if values is not None and len(values) != len(token_ids):
             raise ValueError(f"{name} has {len(values)} entries for {len(token_ids)} prompts: give one per prompt")
-    if replica_of is not None and any(not 0 <= r < replicas for r in replica_of):
-        raise ValueError(f"replica_of must name replicas 0 .. {replicas - 1} (replicas={replicas})")
     pools = [PrefixCache(num_blocks=kv_blocks(kv_tokens, block_size), block_size=block_size, hash_algo=hash_algo)
              for _ in range(replicas)]
     seen, rows, evicted = _Seen(replicas), [], set()
-    for i, ids in enumerate(tqdm(token_ids, desc="attributing misses", disable=not progress, leave=False)):
+    for i, ids in enumerate(token_ids):
         salt, replica = salts[i] if salts else None, replica_of[i] if replica_of is not None else 0
         blocks = full_blocks(ids, block_size)
         unsalted = chain_hashes(blocks, hash_algo)

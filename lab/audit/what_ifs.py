@@ -12,13 +12,13 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from lab.audit.fields import line_label as label
-from lab.audit.misses import Misses, attribute
+from lab.audit.misses import Misses, Routes, attribute
 from lab.core.block_hash import REPLAY_HASH
 
 
 def _hit_rate(token_ids, misses: Misses, **changes) -> float:
-    settings = dict(block_size=misses.block_size, kv_tokens=misses.kv_tokens, salts=None, replica_of=None,
-                    replicas=1, hash_algo=REPLAY_HASH) | changes
+    settings = dict(block_size=misses.block_size, kv_tokens=misses.kv_tokens, salts=None, routes=None,
+                    hash_algo=REPLAY_HASH) | changes
     return attribute(token_ids, **settings).hit_rate
 
 
@@ -29,13 +29,13 @@ def working_set_tokens(misses: Misses) -> int:
 
 
 def what_ifs(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Sequence[str | None] | None = None,
-             replica_of: Sequence[int] | None = None, block_sizes: Sequence[int] = ()) -> pd.DataFrame:
+             routes: Routes | None = None, block_sizes: Sequence[int] = ()) -> pd.DataFrame:
     """One row per change that removes a cause present in `misses`: the change, the cause, the hit rate after
     it (replayed, not estimated) and the gain in points. `block_sizes`: the sizes the back-end accepts (the
     smallest is tried against partial blocks). Other prefixes get the bound a position-independent cache would
     reach (every such token a hit), labelled as a bound."""
     totals, base = misses.totals, misses.hit_rate
-    same = dict(salts=salts, replica_of=replica_of, replicas=misses.replicas)
+    same = dict(salts=salts, routes=routes)
     rows = []
     if totals.evicted:
         capacity = working_set_tokens(misses)
@@ -47,7 +47,7 @@ def what_ifs(token_ids: Sequence[Sequence[int]], misses: Misses, *, salts: Seque
                      _hit_rate(token_ids, misses, kv_tokens=misses.kv_tokens * misses.replicas, salts=salts)))
     if totals.salt:
         rows.append(("salt", "no cache_salt (tenants share; the timing side channel opens, notebook 10)",
-                     _hit_rate(token_ids, misses, replica_of=replica_of, replicas=misses.replicas)))
+                     _hit_rate(token_ids, misses, routes=routes)))
     smaller = min((s for s in block_sizes if s < misses.block_size), default=None)
     if totals.partial_block and smaller:
         rows.append(("partial_block", f"block size {smaller}", _hit_rate(token_ids, misses, block_size=smaller, **same)))

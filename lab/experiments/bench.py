@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 
 import pandas as pd
 from tqdm import tqdm
@@ -106,15 +107,24 @@ def bench_mini(args: argparse.Namespace) -> int:
     return 0
 
 
-def time_sim_policies(n_requests: int, n_replicas: int, context_tokens: int = 1984, block_size: int = 32,
-                      kv_blocks: int = 160, seed: int = 0, service=None) -> pd.DataFrame:
+@dataclass(frozen=True)
+class SimPoint:
+    """A point of the simulator benchmark: a tenants trace of `requests` over `replicas` (two tenants each)."""
+    requests: int
+    replicas: int
+    context_tokens: int = 1984  # each tenant's shared context
+
+
+def time_sim_policies(point: SimPoint, *, block_size: int = 32, kv_blocks: int = 160, seed: int = 0,
+                      service=None) -> pd.DataFrame:
     """Seconds to hash a tenants trace once, then to route it under each of the simulator's policies."""
     import time
 
     from lab.experiments.fleet_sim import KEYED_POLICIES, SIM_POLICIES, FleetSim, hash_requests, summarize_sim
     from lab.experiments.generators import synthetic_tenants
 
-    requests, order = synthetic_tenants(2 * n_replicas, n_requests, context_tokens, seed=seed)
+    n_requests, n_replicas = point.requests, point.replicas
+    requests, order = synthetic_tenants(2 * n_replicas, n_requests, point.context_tokens, seed=seed)
     start = time.perf_counter()
     chains = hash_requests(requests, block_size)
     rows = [{"policy": "(hashing the trace once)", "seconds": time.perf_counter() - start}]
@@ -143,7 +153,7 @@ def bench_sim(args: argparse.Namespace) -> int:
         except ValueError:
             raise SystemExit(f"--points {point!r}: give REQUESTSxREPLICAS, e.g. 10000x64") from None
         points.append((n_requests, n_replicas))
-    df = pd.concat([time_sim_policies(n, r) for n, r in tqdm(points, desc="points")], ignore_index=True)
+    df = pd.concat([time_sim_policies(SimPoint(n, r)) for n, r in tqdm(points, desc="points")], ignore_index=True)
     env = environment(benchmark="sim", points=args.points, context_tokens=1984, block_size=32, kv_blocks=160,
                       in_flight="2 per replica", tenants="2 per replica")
     path = save_results(df, "bench_sim", env)

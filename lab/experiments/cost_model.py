@@ -157,9 +157,9 @@ class CostModel:
     def p99_ttft_ms(self, prompt_tokens, cached_tokens, output_tokens: int, rate: float, seed: int = 0) -> float:
         """p99 TTFT (ms) with Poisson arrivals at `rate` requests per second, as the engine runs get them
         (`lab.experiments.measure.arrival_times`: the first request at t = 0)."""
-        from lab.experiments.measure import arrival_times
+        from lab.experiments.measure import Poisson, arrival_times
 
-        arrivals = arrival_times(len(prompt_tokens), "online", rate, seed)
+        arrivals = arrival_times(len(prompt_tokens), Poisson(rate, seed))
         ttft = self.ttfts_with_arrivals(prompt_tokens, cached_tokens, [output_tokens] * len(prompt_tokens), arrivals)
         return 1e3 * float(np.quantile(ttft, 0.99))
 

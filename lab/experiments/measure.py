@@ -32,17 +32,27 @@ if TYPE_CHECKING:
 MODES = ("offline", "online", "sequential")
 
 
-def arrival_times(n: int, mode: str, rate: float | None, seed: int) -> list[float]:
-    """Seconds after the start at which each request is submitted."""
-    if mode not in MODES:
-        raise ValueError(f"mode={mode!r}: use 'offline' (all at once), 'online' (Poisson arrivals at `rate`) "
-                         "or 'sequential' (one at a time)")
-    if mode != "online":
-        return [0.0] * n
-    if rate is None or isinstance(rate, bool) or not rate > 0:
-        raise ValueError(f"rate={rate!r}: online mode needs a positive arrival rate in requests per second")
-    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
-    return np.concatenate([[0.0], np.cumsum(gaps[1:])]).tolist()
+@dataclass(frozen=True)
+class Poisson:
+    """Online arrivals: requests submitted at Poisson arrival times, `rate` per second on average (seeded)."""
+
+    rate: float
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rate, bool) or not isinstance(self.rate, int | float) or not self.rate > 0:
+            raise ValueError(f"rate={self.rate!r}: online mode needs a positive arrival rate in requests per second")
+
+
+def arrival_times(n: int, mode: str | Poisson) -> list[float]:
+    """Seconds after the start at which each request is submitted: all at 0 for "offline" and "sequential"."""
+    if isinstance(mode, Poisson):
+        gaps = np.random.default_rng(mode.seed).exponential(1.0 / mode.rate, size=n)
+        return np.concatenate([[0.0], np.cumsum(gaps[1:])]).tolist()
+    if mode not in ("offline", "sequential"):
+        raise ValueError(f"mode={mode!r}: use 'offline' (all at once), Poisson(rate=..., seed=...) (online "
+                         "arrivals) or 'sequential' (one at a time)")
+    return [0.0] * n
 
 
 def process_memory_gib() -> float:
@@ -92,25 +102,25 @@ def run_workload(
     prompts: Sequence[str | Sequence[int]],
     *,
     max_tokens: int = 16,
-    mode: str = "offline",
-    rate: float | None = None,
-    seed: int = 0,
+    mode: str | Poisson = "offline",
     progress: bool = True,
     salt_each: str | None = None,
 ) -> WorkloadRun:
     """A row per request (in prompt order) and the run's facts (peak KV blocks in use, peak process memory,
-    preemptions). `salt_each`: every request gets its own cache_salt (`salt_each` and its number), so none
-    reuses another's blocks: a no-reuse baseline on the same engine."""
+    preemptions). `mode`: "offline", "sequential" or `Poisson(rate, seed)` (online). `salt_each`: every request
+    gets its own cache_salt (`salt_each` and its number), so none reuses another's blocks: a no-reuse baseline
+    on the same engine."""
     if isinstance(prompts, str) or len(prompts) == 0:
         raise ValueError("prompts is empty: pass a non-empty list of prompts (e.g. load_workload(...).prompts)")
-    arrivals = arrival_times(len(prompts), mode, rate, seed)
+    arrivals = arrival_times(len(prompts), mode)
     token_ids = check_prompts(llm, prompts, max_tokens)  # every prompt is checked before any is sent
     preempted_before = preemptions(llm)
     driven = _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time=mode == "sequential",
                     salt_each=salt_each)
     rows = [_row(i, out, driven.submitted[i]) | {"sent_s": driven.sent[i]} for i, out in enumerate(driven.outputs)]
-    facts = RunFacts(mode=mode, rate=rate, max_tokens=max_tokens, peak_kv_blocks=driven.peak_kv_blocks,
-                     kv_blocks=driven.kv_blocks, peak_process_gib=round(driven.peak_process_gib, 3),
+    online = isinstance(mode, Poisson)
+    facts = RunFacts(mode="online" if online else mode, rate=mode.rate if online else None, max_tokens=max_tokens,
+                     peak_kv_blocks=driven.peak_kv_blocks, kv_blocks=driven.kv_blocks, peak_process_gib=round(driven.peak_process_gib, 3),
                      preemptions=preemptions(llm) - preempted_before)
     return WorkloadRun(pd.DataFrame(rows), facts)
 

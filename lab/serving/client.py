@@ -49,6 +49,21 @@ class Retry:
 NO_RETRY = Retry(tries=1)
 
 
+@dataclass(frozen=True)
+class Sending:
+    """How a workload is sent: at most `concurrency` requests in flight (a thread each), `max_tokens` output
+    tokens each, a failed stream resubmitted as `retry` allows, and a progress bar unless `progress` is False."""
+
+    concurrency: int
+    max_tokens: int = 8
+    retry: Retry = NO_RETRY
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        positive_int("concurrency", self.concurrency, "a positive number of requests in flight, e.g. 8")
+        positive_int("max_tokens", self.max_tokens, "a positive number of output tokens, e.g. 8")
+
+
 def resubmittable(error: BaseException) -> bool:
     """Whether a failed stream may be sent again: the request never got a complete answer, and the fault
     was the server's or the connection's, not the request's."""
@@ -113,23 +128,21 @@ def _stream_once(client, model: str, prompt, max_tokens: int, headers, extra_bod
                         completion_tokens=usage.completion_tokens)
 
 
-def complete_concurrently(client, model: str, prompts: Sequence[str], *, concurrency: int, max_tokens: int = 8,
-                          progress: bool = True, return_exceptions: bool = False,
-                          headers: Sequence[Mapping[str, str] | None] | None = None,
-                          retry: Retry = NO_RETRY) -> list[StreamResult | Exception]:
-    """Stream every prompt with at most `concurrency` requests in flight (a thread each); results in prompt
-    order. A failed request (after `retry`'s resubmissions) raises, or with `return_exceptions` takes its
-    exception's place in the list. `headers`, if given, holds one mapping (or None) per prompt."""
+def complete_concurrently(client, model: str, prompts: Sequence[str], sending: Sending, *,
+                          return_exceptions: bool = False,
+                          headers: Sequence[Mapping[str, str] | None] | None = None) -> list[StreamResult | Exception]:
+    """Stream every prompt as `sending` says; results in prompt order. A failed request (after the retry's
+    resubmissions) raises, or with `return_exceptions` takes its exception's place in the list. `headers`, if
+    given, holds one mapping (or None) per prompt."""
     from tqdm.auto import tqdm
 
-    positive_int("concurrency", concurrency, "a positive number of requests in flight, e.g. 8")
     if headers is not None and len(headers) != len(prompts):
         raise ValueError(f"headers has {len(headers)} entries for {len(prompts)} prompts: give one per prompt")
     headers = headers if headers is not None else [None] * len(prompts)
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = [pool.submit(stream_completion, client, model, p, max_tokens, h, retry)
+    with ThreadPoolExecutor(max_workers=sending.concurrency) as pool:
+        futures = [pool.submit(stream_completion, client, model, p, sending.max_tokens, h, sending.retry)
                    for p, h in zip(prompts, headers)]
-        for future in tqdm(futures, desc="requests", disable=not progress, leave=False):
+        for future in tqdm(futures, desc="requests", disable=not sending.progress, leave=False):
             if future.exception() is not None and not return_exceptions:
                 raise future.exception()
     return [f.exception() or f.result() for f in futures]

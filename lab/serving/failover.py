@@ -3,9 +3,10 @@ again on the survivors, TTFT of the requests it hit, how long the fleet's hit ra
 whether the replica, restarted, gets its share of traffic and hits back.
 
     fleet.use_policy("cache_aware", ROUTER_FAILOVER_ARGS)
-    run = run_with_fault(fleet, records, victim=1, kill_after=8, concurrency=6)
+    sending = Sending(concurrency=6, max_tokens=4, retry=CLIENT_RETRY)
+    run = run_with_fault(fleet, records, sending, victim=1, kill_after=8)
     fault_summary(run, baseline_requests)    # sent, answered, resubmitted, extra prefill tokens, recovery ...
-    rejoin(fleet, 1, records, concurrency=6)  # the victim restarted: its share of requests and of hits
+    rejoin(fleet, 1, records, sending)       # the victim restarted: its share of requests and of hits
 
 Nothing is lost twice over: the router retries a send that could not reach a replica, and the lab's client
 (`lab.serving.client.Retry`) resubmits a stream that broke, was refused, or ended without its usage chunk.
@@ -16,11 +17,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from lab.serving.client import Retry
+from lab.serving.client import Retry, Sending
 from lab.serving.fleet import Fleet
 from lab.serving.routing import replica_counters, route_workload
 
@@ -44,11 +45,11 @@ class FaultRun:
     router_failed_sends: int  # sends the router logged as failed (and retried) during the run
 
 
-def run_with_fault(fleet: Fleet, records: Sequence[dict], *, victim: int, kill_after: int, concurrency: int,
-                   max_tokens: int = 4, retry: Retry = CLIENT_RETRY, session_header: str | None = None) -> FaultRun:
-    """Route `records` with `concurrency` in flight and SIGKILL replica `victim` as soon as `kill_after` of them
-    have been answered (counted on the replicas' /metrics), so the fault lands at the same point of the run
-    on a fast machine and a slow one."""
+def run_with_fault(fleet: Fleet, records: Sequence[dict], sending: Sending, *, victim: int, kill_after: int,
+                   session_header: str | None = None) -> FaultRun:
+    """Route `records` as `sending` says (its retry: e.g. CLIENT_RETRY, what a client would do) and SIGKILL
+    replica `victim` as soon as `kill_after` of them have been answered (counted on the replicas' /metrics), so
+    the fault lands at the same point of the run on a fast machine and a slow one."""
     if len(fleet.servers) < 2:
         raise ValueError("a fault run needs at least 2 replicas: one to kill and one to take its requests")
     if not 0 <= victim < len(fleet.servers):
@@ -62,9 +63,8 @@ def run_with_fault(fleet: Fleet, records: Sequence[dict], *, victim: int, kill_a
 
     def route() -> None:
         try:
-            outcome["result"] = route_workload(fleet, records, concurrency=concurrency, max_tokens=max_tokens,
-                                               progress=False, tolerate_failures=True, retry=retry,
-                                               session_header=session_header)
+            outcome["result"] = route_workload(fleet, records, replace(sending, progress=False),
+                                               tolerate_failures=True, session_header=session_header)
         except BaseException as error:  # re-raised in the caller's thread
             outcome["error"] = error
 
@@ -115,7 +115,7 @@ def fault_summary(run: FaultRun, baseline: pd.DataFrame) -> dict:
             "requests_per_survivor": "/".join(str(int(n)) for n in run.replicas["requests"])}
 
 
-def rejoin(fleet: Fleet, victim: int, records: Sequence[dict], *, concurrency: int, max_tokens: int = 4,
+def rejoin(fleet: Fleet, victim: int, records: Sequence[dict], sending: Sending, *,
            session_header: str | None = None) -> tuple[pd.DataFrame, float]:
     """Restart replica `victim` (cold), give the router time to see it healthy, route `records` again, and
     return each replica's share of the requests and of the cache hits, with the restart's duration."""
@@ -123,8 +123,8 @@ def rejoin(fleet: Fleet, victim: int, records: Sequence[dict], *, concurrency: i
     fleet.servers[victim].restart()
     restart_s = time.perf_counter() - start
     time.sleep(2 * HEALTH_INTERVAL_S + 0.5)  # the router's next health check marks it healthy
-    requests, replicas = route_workload(fleet, records, concurrency=concurrency, max_tokens=max_tokens,
-                                        progress=False, session_header=session_header)
+    requests, replicas = route_workload(fleet, records, replace(sending, progress=False),
+                                        session_header=session_header)
     shares = pd.DataFrame({"requests": replicas.requests, "hits": replicas.hits,
                            "share_of_requests": replicas.requests / replicas.requests.sum(),
                            "share_of_hits": replicas.hits / max(replicas.hits.sum(), 1.0)})

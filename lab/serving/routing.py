@@ -2,7 +2,7 @@
 tokens) and per replica (requests served, prefix-cache queries and hits, from each replica's /metrics read
 before and after the run).
 
-    requests, replicas = route_workload(fleet, load_workload("tenants", count=64).records, concurrency=6)
+    requests, replicas = route_workload(fleet, load_workload("tenants", count=64).records, Sending(concurrency=6))
     summarize_routing(requests, replicas)   # fleet hit rate, load imbalance, TTFT p50 / p99
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from lab.core.block_hash import token_hit_rate
-from lab.serving.client import NO_RETRY, Retry, complete_concurrently, stream_completion
+from lab.serving.client import Sending, complete_concurrently, stream_completion
 from lab.serving.fleet import Fleet
 from lab.serving.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES, REQUEST_SUCCESS
 
@@ -36,11 +36,10 @@ def replica_counters(fleet: Fleet, skip_unreachable: bool = False) -> pd.DataFra
     return pd.DataFrame(rows).rename_axis("replica")
 
 
-def route_workload(fleet: Fleet, records: Sequence[dict], *, concurrency: int, max_tokens: int = 4,
-                   progress: bool = True, tolerate_failures: bool = False, session_header: str | None = None,
-                   retry: Retry = NO_RETRY) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Stream every record's prompt through the router with `concurrency` requests in flight, resubmitting
-    failed streams as `retry` allows. Returns the per-request frame (in record order; `error` holds a failed
+def route_workload(fleet: Fleet, records: Sequence[dict], sending: Sending, *, tolerate_failures: bool = False,
+                   session_header: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Stream every record's prompt through the router as `sending` says (requests in flight, output tokens,
+    resubmissions of failed streams). Returns the per-request frame (in record order; `error` holds a failed
     request's exception when `tolerate_failures`; `attempts` the sends each took; `sent_at` and
     `first_token_at` when it was first sent and when its first token came, on the `time.perf_counter()`
     clock) and the per-replica frame of counter growth over the run (replicas that no longer answer are left
@@ -53,9 +52,8 @@ def route_workload(fleet: Fleet, records: Sequence[dict], *, concurrency: int, m
                          "e.g. records of the 'tenants' workload")
     headers = [{session_header: f"tenant-{r['tenant']}"} for r in records] if session_header else None
     before = replica_counters(fleet, skip_unreachable=tolerate_failures)
-    results = complete_concurrently(fleet.client(), fleet.model_name, [r["prompt"] for r in records],
-                                    concurrency=concurrency, max_tokens=max_tokens, progress=progress,
-                                    return_exceptions=tolerate_failures, headers=headers, retry=retry)
+    results = complete_concurrently(fleet.client(), fleet.model_name, [r["prompt"] for r in records], sending,
+                                    return_exceptions=tolerate_failures, headers=headers)
     replicas = (replica_counters(fleet, skip_unreachable=tolerate_failures) - before).dropna()
     requests = pd.DataFrame([_request_row(r, s) for r, s in zip(records, results)])
     return requests, replicas
