@@ -46,6 +46,18 @@ def test_a_bound_is_judged_on_every_repeat():
     assert not straddles.can_tell and "cannot tell" in str(straddles)
 
 
+@pytest.mark.parametrize("values, expected", [((1.1, 1.15), ("below",)), ((1.5, 1.6), ("above",)),
+                                              ((1.25, 1.3), None), ((1.1, 1.3), None), ((1.3, 1.5), None)])
+def test_a_bound_known_only_within_a_range_is_passed_only_beyond_its_far_end(values, expected):
+    """Below only if below the range's low end in every repeat, above only if above its high end: a repeat between
+    the ends (a value the bound may take) cannot be told from the bound."""
+    verdict = against_bound(Spread("ratio", values), (1.2, 1.4), quantity="ratio", bound_name="the bound", unit="x")
+    assert verdict.order == expected
+    assert "against the bound 1.20-1.40 x" in str(verdict)
+    with pytest.raises(ValueError, match="low first"):
+        against_bound(Spread("ratio", values), (1.4, 1.2), quantity="ratio", bound_name="the bound")
+
+
 def test_a_verdict_names_what_its_values_are_over():
     prompts = pd.DataFrame({"kind": ["local"] * 3 + ["cold"] * 3, "ttft_ms": [17, 19, 22, 81, 82, 83]})
     assert "over 3 prompts" in str(rank(spreads(prompts, "kind", "ttft_ms", each="prompt"), quantity="TTFT"))

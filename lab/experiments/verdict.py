@@ -103,16 +103,30 @@ def rank(items: Sequence[Spread], *, quantity: str, unit: str = "", lower_is_bet
                    f"cannot tell {', nor '.join(tied)}.", None)
 
 
-def against_bound(item: Spread, bound: float, *, quantity: str, bound_name: str, unit: str = "",
-                  digits: int = 2) -> Verdict:
-    """Whether every value of `item` (every repeat, say) lies below `bound`, above it, or they straddle it."""
-    shown = f"{quantity} {item.describe(unit, digits)} against {bound_name} {bound:,.{digits}f}{' ' + unit if unit else ''}"
+def against_bound(item: Spread, bound: float | tuple[float, float], *, quantity: str, bound_name: str,
+                  unit: str = "", digits: int = 2) -> Verdict:
+    """Whether every value of `item` (every repeat, say) lies below `bound`, above it, or they straddle it. A
+    bound known only to lie in a range (low, high): below only if below low, above only if above high."""
+    low, high = bound if isinstance(bound, tuple) else (bound, bound)
+    if low > high:
+        raise ValueError(f"bound={bound!r}: give a range as (low, high), low first")
+    def number(value: float) -> str:
+        return f"{value:,.{digits}f}{' ' + unit if unit else ''}"
+
+    ranged = low != high
+    shown = f"{quantity} {item.describe(unit, digits)} against {bound_name} " + (
+        f"{low:,.{digits}f}-{number(high)}" if ranged else number(low))
     if len(item.values) < 2:
         return Verdict(f"{shown}: no spread from one run, so this run cannot tell.", None)
-    if item.high < bound:
-        return Verdict(f"{shown}: below it in every {item.each}.", ("below",))
-    if item.low > bound:
-        return Verdict(f"{shown}: above it in every {item.each}.", ("above",))
+    if item.high < low:
+        return Verdict(f"{shown}: below {'its lowest, ' + number(low) + ',' if ranged else 'it'} in every "
+                       f"{item.each}.", ("below",))
+    if item.low > high:
+        return Verdict(f"{shown}: above {'its highest, ' + number(high) + ',' if ranged else 'it'} in every "
+                       f"{item.each}.", ("above",))
+    if ranged:
+        return Verdict(f"{shown}: not below {number(low)} in every {item.each} nor above {number(high)} in every "
+                       f"{item.each}, so this run cannot tell.", None)
     return Verdict(f"{shown}: the {item.each}s lie on both sides of it, so this run cannot tell whether it is above "
                    "or below.", None)
 
