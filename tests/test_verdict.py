@@ -164,6 +164,20 @@ def test_a_timing_check_rejects_what_it_cannot_judge():
     assert not timing_check([1.0], "at_most", 1.0, quantity="q", bound_name="b", test=TTest(noise=[[2.0, 2.1]])).alarm
 
 
+def test_a_band_alarms_on_the_side_the_ratios_lie_beyond_at_half_the_rate_each():
+    from lab.experiments.verdict import TTest, timing_band
+
+    inside = timing_band([1.0, 1.02, 0.98], 0.85, 1.15, quantity="measured / projected", bound_name="15%")
+    assert not any(c.alarm for c in inside) and all("false-alarm rate 0.025%" in c.text for c in inside)
+    low, high = timing_band([0.5, 0.502, 0.499, 0.501, 0.498, 0.5], 0.85, 1.15, quantity="q", bound_name="15%")
+    assert low.alarm and not high.alarm, "below the band: the 'at least low' check alarms"
+    low, high = timing_band([1.5, 1.502, 1.499, 1.501, 1.498, 1.5], 0.99, 0.99, quantity="q", bound_name="1%",
+                            test=TTest(false_alarm_rate=0.01))
+    assert high.alarm and not low.alarm and "rate 0.5%" in high.text, "one value: which side of it"
+    with pytest.raises(ValueError, match="in order"):
+        timing_band([1.0, 1.1], 1.15, 0.85, quantity="q", bound_name="b")
+
+
 def test_all_of_holds_only_where_every_verdict_shows_the_claim():
     from lab.experiments.verdict import all_of
 

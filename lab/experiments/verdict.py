@@ -11,7 +11,7 @@ order only where the repeats' ranges do not overlap, and otherwise says that thi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -248,3 +248,16 @@ def timing_check(ratios: Sequence[float], claim: str, bound: float, *, quantity:
             f"({bound_name}), with the noise (log sd {sd:.3f}, df {freedom}) an alarm only {side} {edge:.4g}: "
             f"{outcome} (one-sided t-test, false-alarm rate {false_alarm_rate * 100:g}%)")
     return TimingCheck(text, bool(alarm), false_alarm_rate, bool(beyond))
+
+
+def timing_band(ratios: Sequence[float], low: float, high: float, *, quantity: str, bound_name: str,
+                test: TTest = TTest()) -> tuple[TimingCheck, TimingCheck]:
+    """Check that the true ratio lies within [low, high] (low == high: on which side of one value), as two one-sided
+    timing checks, "at least low" and "at most high", each at half of `test`'s false-alarm rate: an alarm on the
+    first shows the ratio below `low`, on the second above `high`, and neither alarm leaves it inside (or
+    untold)."""
+    if low > high:
+        raise ValueError(f"low={low!r} > high={high!r}: give the band's ends in order")
+    half = replace(test, false_alarm_rate=test.false_alarm_rate / 2)
+    return (timing_check(ratios, "at_least", low, quantity=quantity, bound_name=bound_name, test=half),
+            timing_check(ratios, "at_most", high, quantity=quantity, bound_name=bound_name, test=half))
