@@ -147,6 +147,7 @@ book: $(STAMP) $(BOOK_STAMP)
 lint: $(STAMP)
 	@# the linter needs the packages, not the models
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check --quiet lab
 
 lab: setup
 	@# JupyterLab on course/: your copies of the lessons, the exercises without their solutions (an edited copy

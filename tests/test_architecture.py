@@ -25,7 +25,11 @@ FLOORS = {"lab": 0, "lab.checks": 0, "lab.paths": 0, "lab.front_end": 0,
 MODULES = sorted(".".join(p.relative_to(PROJECT_ROOT).with_suffix("").parts).removesuffix(".__init__")
                  for p in LAB.rglob("*.py"))
 PRIVATE_VLLM = re.compile(r"\.llm_engine\b|\bvllm\.v1\b|engine_core|kv_cache_manager|_finalizer|cache_config")
-MAX_MODULE_LINES, MAX_FUNCTION_LINES = 300, 50
+# The size caps count statements, not lines: wrapping a line to 100 characters costs nothing, packing one gains
+# nothing (issue 50). lab/ is formatted by ruff at 100 characters (lab/.ruff.toml); what it cannot wrap, a long
+# string, stays rare.
+MAX_MODULE_STATEMENTS, MAX_FUNCTION_STATEMENTS = 250, 45
+MAX_SHARE_OVER_100_CHARACTERS = 0.03
 
 
 def part(module: str) -> str:
@@ -82,16 +86,26 @@ def test_no_import_cycle():
         visit(module)
 
 
+def statements_in(node: ast.AST) -> int:
+    return sum(isinstance(n, ast.stmt) for n in ast.walk(node)) - isinstance(node, ast.stmt)
+
+
 def short_enough_to_read(module: str) -> None:
-    source = path_of(module).read_text()
-    assert len(source.splitlines()) <= MAX_MODULE_LINES, f"{module}: split it (one role per module)"
-    long = [f"{f.name} ({f.end_lineno - f.lineno + 1} lines)" for f in ast.walk(ast.parse(source))
-            if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.end_lineno - f.lineno + 1 > MAX_FUNCTION_LINES]
+    tree = ast.parse(path_of(module).read_text())
+    assert statements_in(tree) <= MAX_MODULE_STATEMENTS, f"{module}: split it (one role per module)"
+    long = [f"{f.name} ({statements_in(f)} statements)" for f in ast.walk(tree)
+            if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and statements_in(f) > MAX_FUNCTION_STATEMENTS]
     assert not long, f"{module}: {long}"
 
 
 def test_modules_and_functions_are_short_enough_to_read():
     assert failures(short_enough_to_read, MODULES) == {}
+
+
+def test_lines_are_wrapped_rather_than_packed():
+    lines = [line for module in MODULES for line in path_of(module).read_text().splitlines()]
+    over = [line for line in lines if len(line) > 100]
+    assert len(over) <= MAX_SHARE_OVER_100_CHARACTERS * len(lines), f"{len(over)} of {len(lines)} lines over 100 characters"
 
 
 def code_only(source: str) -> str:

@@ -1,15 +1,20 @@
-"""`replay_chains` compiled: the same block pool, rule for rule, as a loop over integer arrays that numba compiles.
+"""`replay_chains` compiled: the same block pool, rule for rule, as a loop over integer arrays that
+numba compiles.
 
 The pool's state is three small structures, all arrays:
-- the free queue, a doubly linked list over block ids with a sentinel (`NIL`): least recently used at the head;
-- `cached`, an open-addressing hash table from a block hash to the first block registered under it, with linear
-  probing and deletion by backward shift (no tombstones, so a long replay never degrades);
-- `next_holder[b]`, the next block registered under the same hash (vLLM's duplicated blocks), oldest first.
+- the free queue, a doubly linked list over block ids with a sentinel (`NIL`): least recently used
+  at the head;
+- `cached`, an open-addressing hash table from a block hash to the first block registered under it,
+  with linear probing and deletion by backward shift (no tombstones, so a long replay never
+  degrades);
+- `next_holder[b]`, the next block registered under the same hash (vLLM's duplicated blocks), oldest
+  first.
 
-Between two requests every block is free, so a request takes its hits out of the queue, takes new blocks from the
-head (dropping what they held), and gives all back: hashed blocks to the tail, the chain's tail first; blocks
-without a hash (the partial last block) to the front. `tests/test_fast_replay.py` holds it equal to
-`lab.audit.replay.replay_chains_reference`, request for request.
+Between two requests every block is free, so a request takes its hits out of the queue, takes new
+blocks from the head (dropping what they held), and gives all back: hashed blocks to the tail, the
+chain's tail first; blocks without a hash (the partial last block) to the front.
+`tests/test_fast_replay.py` holds it equal to `lab.audit.replay.replay_chains_reference`, request
+for request.
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ from numba import njit
 
 
 def _let_vllm_scan_llvmlite() -> None:
-    """vLLM 0.32 scans every loaded module's attributes when an engine starts, reading `vars(x).get("kernel")` of any
-    that has a `__dict__` (vllm/triton_utils/dispatcher.py). numba loads llvmlite, whose `ffi.lib` answers every
-    attribute, `__dict__` too, with a wrapped C function, so an engine started later in the same process fails. An
-    empty dict in `ffi.lib`'s own lookup table answers `__dict__` instead; llvmlite never reads it."""
+    """vLLM 0.32 scans every loaded module's attributes when an engine starts, reading
+    `vars(x).get("kernel")` of any that has a `__dict__` (vllm/triton_utils/dispatcher.py). numba
+    loads llvmlite, whose `ffi.lib` answers every attribute, `__dict__` too, with a wrapped C
+    function, so an engine started later in the same process fails. An empty dict in `ffi.lib`'s own
+    lookup table answers `__dict__` instead; llvmlite never reads it."""
     from llvmlite.binding import ffi
 
     ffi.lib._fntab["__dict__"] = {}
@@ -97,7 +103,8 @@ def _push_front(prev, nxt, sentinel, block):
 
 @njit(cache=True)
 def _forget(keys, values, used, next_holder, bits, block_hash, block):
-    """Evict `block`, which holds `block_hash`: the next block registered under it (if any) takes its place."""
+    """Evict `block`, which holds `block_hash`: the next block registered under it (if any) takes
+    its place."""
     i = _find(keys, used, block_hash, bits)
     first = values[i]
     if first == block:
@@ -127,8 +134,8 @@ def _register(keys, values, used, next_holder, bits, block_hash, block):
 
 @njit(cache=True)
 def _release(table, needed, has_hash, prev, nxt, sentinel, unhashed_blocks):
-    """A finished request's blocks back to the queue: hashed ones to the tail, the chain's tail first; the rest to
-    the front, in their order in the request."""
+    """A finished request's blocks back to the queue: hashed ones to the tail, the chain's tail
+    first; the rest to the front, in their order in the request."""
     unhashed = 0
     for k in range(needed - 1, -1, -1):
         block = table[k]
@@ -190,21 +197,30 @@ def _replay(hashes, offsets, lengths, block_size, num_blocks):
 
 
 def flatten_chains(chains: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """The chains end to end as int64 (64-bit hashes keep their bits) and the offset where each one starts."""
+    """The chains end to end as int64 (64-bit hashes keep their bits) and the offset where each one
+    starts."""
     counts = np.fromiter((len(c) for c in chains), np.int64, len(chains))
     offsets = np.zeros(len(chains) + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
-    parts = [c.astype(np.uint64, copy=False) if isinstance(c, np.ndarray) else np.asarray(c, dtype=np.uint64)
-             for c in chains if len(c)]
+    parts = [
+        c.astype(np.uint64, copy=False)
+        if isinstance(c, np.ndarray)
+        else np.asarray(c, dtype=np.uint64)
+        for c in chains
+        if len(c)
+    ]
     flat = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
     return flat.view(np.int64), offsets
 
 
-def replay_flat(hashes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, block_size: int,
-                num_blocks: int) -> np.ndarray:
+def replay_flat(
+    hashes: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, block_size: int, num_blocks: int
+) -> np.ndarray:
     """Each request's cached tokens, from chains already flattened (`flatten_chains`)."""
     lengths = np.asarray(lengths, np.int64)
     longest = int(((lengths + block_size - 1) // block_size).max(initial=0))
     if num_blocks < max(longest, 1):
-        raise ValueError(f"num_blocks={num_blocks} cannot hold the longest request ({longest} blocks of {block_size})")
+        raise ValueError(
+            f"num_blocks={num_blocks} cannot hold the longest request ({longest} blocks of {block_size})"
+        )
     return _replay(hashes, offsets, lengths, np.int64(block_size), np.int64(num_blocks))

@@ -1,5 +1,5 @@
-"""What breaks sharing: where prompts diverge, the field (a labelled line) whose value differs, and the hit rate
-when that line moves to the end of the prompt."""
+"""What breaks sharing: where prompts diverge, the field (a labelled line) whose value differs, and
+the hit rate when that line moves to the end of the prompt."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from lab.audit.replay import replay_hit_rate
 
 @dataclass
 class Field:
-    """A line where prompts of one template first differ: its label, what its values look like, how many
-    prompts diverge there, where (tokens into the prompt) and the hit rate with the line moved to the end."""
+    """A line where prompts of one template first differ: its label, what its values look like, how
+    many prompts diverge there, where (tokens into the prompt) and the hit rate with the line moved
+    to the end."""
 
     label: str
     kind: str
@@ -29,10 +30,12 @@ class Field:
     hit_rate_after: float
 
 
-KINDS = [("timestamp", r"\d{1,2}:\d{2}(:\d{2})?|\d{4}-\d{2}-\d{2}|\b\d{10,13}\b"),
-         ("identifier", r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-|\b(?=[A-Za-z_-]*\d)[0-9A-Za-z_-]{8,}\b"),
-         ("number", r"\b\d+(\.\d+)?\b"),
-         ("name", r"^\W*[A-Z][a-z]+( [A-Z][a-z]+)?\W*$")]
+KINDS = [
+    ("timestamp", r"\d{1,2}:\d{2}(:\d{2})?|\d{4}-\d{2}-\d{2}|\b\d{10,13}\b"),
+    ("identifier", r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-|\b(?=[A-Za-z_-]*\d)[0-9A-Za-z_-]{8,}\b"),
+    ("number", r"\b\d+(\.\d+)?\b"),
+    ("name", r"^\W*[A-Z][a-z]+( [A-Z][a-z]+)?\W*$"),
+]
 
 
 def value_kind(value: str) -> str:
@@ -55,8 +58,8 @@ def _common_prefix_length(a: str, b: str) -> int:
 
 
 def shared_prefix_lengths(texts: Sequence[str]) -> list[int]:
-    """Per prompt, where it stops sharing with the prompt most like it, in characters: the longest common prefix with any
-    other prompt, which is always with a neighbour in sorted order."""
+    """Per prompt, where it stops sharing with the prompt most like it, in characters: the longest
+    common prefix with any other prompt, which is always with a neighbour in sorted order."""
     order = sorted(range(len(texts)), key=texts.__getitem__)
     points = [0] * len(texts)
     for a, b in zip(order, order[1:]):
@@ -72,47 +75,53 @@ def _line_at(text: str, position: int) -> tuple[int, int]:
 
 
 def line_label(line_prefix: str) -> str:
-    """A field's name: the fixed text of its line up to its label's colon, or the words before the value."""
+    """A field's name: the fixed text of its line up to its label's colon, or the words before the
+    value."""
     colon = line_prefix.find(":")
     if colon != -1 and not re.search(r"\d", line_prefix[:colon]):
-        return line_prefix[:colon + 1]
+        return line_prefix[: colon + 1]
     return re.split(r"[\d\W]*$", line_prefix)[0] or "(start of line)"
 
 
 def move_line_to_end(text: str, label: str) -> str:
-    """The prompt with its first line that starts with `label` moved to the end (unchanged if it has none,
-    or if that line is already last)."""
+    """The prompt with its first line that starts with `label` moved to the end (unchanged if it has
+    none, or if that line is already last)."""
     lines = text.split("\n")
     for i, line in enumerate(lines[:-1]):
         if line.startswith(label):
-            return "\n".join(lines[:i] + lines[i + 1:] + [line])
+            return "\n".join(lines[:i] + lines[i + 1 :] + [line])
     return text
 
 
 @dataclass
 class BreakingLine:
-    """The line label where most prompts diverge: the kind of its values, up to three example values, and each
-    diverging prompt's text up to the divergence."""
+    """The line label where most prompts diverge: the kind of its values, up to three example
+    values, and each diverging prompt's text up to the divergence."""
+
     label: str
     kind: str
     examples: list[str]
     heads: list[str]
 
 
-def find_breaking_field(texts: Sequence[str], min_share: float = 0.2, moved: Sequence[str] = ()) -> BreakingLine | None:
-    """The most common line label at which prompts diverge, among lines that are not already the prompt's
-    last (a field at the end breaks nothing, nor one followed only by lines already `moved` there); None when
-    no label covers `min_share` of the prompts."""
+def find_breaking_field(
+    texts: Sequence[str], min_share: float = 0.2, moved: Sequence[str] = ()
+) -> BreakingLine | None:
+    """The most common line label at which prompts diverge, among lines that are not already the
+    prompt's last (a field at the end breaks nothing, nor one followed only by lines already `moved`
+    there); None when no label covers `min_share` of the prompts."""
     found: Counter[str] = Counter()
     values: dict[str, list[str]] = {}
     where: dict[str, list[str]] = {}
     for text, point in zip(texts, shared_prefix_lengths(texts)):
         start, end = _line_at(text, point)
-        if point >= len(text) or all(line.startswith(tuple(moved)) for line in text[end + 1:].split("\n") if line):
+        if point >= len(text) or all(
+            line.startswith(tuple(moved)) for line in text[end + 1 :].split("\n") if line
+        ):
             continue
         label = line_label(text[start:point])
         found[label] += 1
-        values.setdefault(label, []).append(text[start + len(label):end].strip())
+        values.setdefault(label, []).append(text[start + len(label) : end].strip())
         where.setdefault(label, []).append(text[:point])
     if not found:
         return None
@@ -126,24 +135,36 @@ def find_breaking_field(texts: Sequence[str], min_share: float = 0.2, moved: Seq
 @dataclass
 class Divergence:
     """Where prompts stop sharing with their closest neighbour."""
+
     median_shared_fraction: float  # of a prompt's characters, before that point
     labels: list[tuple[str, int]]  # the most common line labels there, with their number of prompts
 
 
 def where_prompts_diverge(texts: Sequence[str], top: int = 3) -> Divergence:
-    """Where prompts stop sharing with the prompt most like them: the median share of a prompt's characters
-    that come before that point, and the most common line labels there (with the number of prompts)."""
+    """Where prompts stop sharing with the prompt most like them: the median share of a prompt's
+    characters that come before that point, and the most common line labels there (with the number
+    of prompts)."""
     points = shared_prefix_lengths(texts)
-    labels = Counter(line_label(t[_line_at(t, p)[0]:p]) for t, p in zip(texts, points) if p < len(t))
-    return Divergence(float(np.median([p / len(t) for t, p in zip(texts, points)])), labels.most_common(top))
+    labels = Counter(
+        line_label(t[_line_at(t, p)[0] : p]) for t, p in zip(texts, points) if p < len(t)
+    )
+    return Divergence(
+        float(np.median([p / len(t) for t, p in zip(texts, points)])), labels.most_common(top)
+    )
 
 
-def breaking_fields(texts: Sequence[str], encoder: TokenEncoder, block_size: int, kv_tokens: int, max_fields: int = 3,
-                    min_gain: float = 0.01) -> list[Field]:
-    """Find the line where prompts first diverge, move it to the end of every prompt, replay, and repeat up to
-    `max_fields` times (a second field right behind the first hides the first one's gain until both have
-    moved). Each field comes with the hit rate before and after its move; moves after the last one that
-    raised the hit rate by `min_gain` are dropped."""
+def breaking_fields(
+    texts: Sequence[str],
+    encoder: TokenEncoder,
+    block_size: int,
+    kv_tokens: int,
+    max_fields: int = 3,
+    min_gain: float = 0.01,
+) -> list[Field]:
+    """Find the line where prompts first diverge, move it to the end of every prompt, replay, and
+    repeat up to `max_fields` times (a second field right behind the first hides the first one's
+    gain until both have moved). Each field comes with the hit rate before and after its move; moves
+    after the last one that raised the hit rate by `min_gain` are dropped."""
     fields: list[Field] = []
     current = list(texts)
     before = replay_hit_rate(encode(encoder, current), block_size, kv_tokens)
@@ -153,10 +174,19 @@ def breaking_fields(texts: Sequence[str], encoder: TokenEncoder, block_size: int
             break
         current = [move_line_to_end(t, found.label) for t in current]
         after = replay_hit_rate(encode(encoder, current), block_size, kv_tokens)
-        position = int(np.median([len(ids) for ids in encoder.tokenizer(found.heads[:50])["input_ids"]]))
-        fields.append(Field(found.label, found.kind, found.examples, len(found.heads), position, before, after))
+        position = int(
+            np.median([len(ids) for ids in encoder.tokenizer(found.heads[:50])["input_ids"]])
+        )
+        fields.append(
+            Field(
+                found.label, found.kind, found.examples, len(found.heads), position, before, after
+            )
+        )
         before = after
-    while fields and fields[-1].hit_rate_after < max([fields[0].hit_rate_before] +
-                                                     [f.hit_rate_after for f in fields[:-1]]) + min_gain:
+    while (
+        fields
+        and fields[-1].hit_rate_after
+        < max([fields[0].hit_rate_before] + [f.hit_rate_after for f in fields[:-1]]) + min_gain
+    ):
         fields.pop()
     return fields

@@ -1,14 +1,16 @@
-"""The audit on a local Ray cluster at scale (a benchmark, not a test): one worker against two, the same numbers.
+"""The audit on a local Ray cluster at scale (a benchmark, not a test): one worker against two, the
+same numbers.
 
     python -m lab.audit.ray_bench [--prompts 1000000] [--workers 1 2]
 
-The log is the scale benchmark's (lab.audit.scale_bench: customer-service prompts of about 1,000 tokens, gzipped
-JSONL), written once per size under runs/audit/. For each worker count the whole audit runs on a fresh local cluster
-of that many CPUs (`AuditSettings(ray="local", workers=W)`), its stages timed, after the same audit in one process
-without Ray (the default: its tokenizer's threads on every core); the reports must be equal but for their timings.
-Memory: the driver's peak resident size and the largest any one child process (a Ray worker, the raylet) held,
-sampled. Target: two workers at least 1.7x faster than one, at most 2 GB per worker. Saved as
-data/results/bench_ray-N, with the machine and the lab's commit.
+The log is the scale benchmark's (lab.audit.scale_bench: customer-service prompts of about 1,000
+tokens, gzipped JSONL), written once per size under runs/audit/. For each worker count the whole
+audit runs on a fresh local cluster of that many CPUs (`AuditSettings(ray="local", workers=W)`), its
+stages timed, after the same audit in one process without Ray (the default: its tokenizer's threads
+on every core); the reports must be equal but for their timings. Memory: the driver's peak resident
+size and the largest any one child process (a Ray worker, the raylet) held, sampled. Target: two
+workers at least 1.7x faster than one, at most 2 GB per worker. Saved as data/results/bench_ray-N,
+with the machine and the lab's commit.
 """
 
 from __future__ import annotations
@@ -38,29 +40,42 @@ def log_of(prompts: int):
     log = audit_dir() / f"bench-log-{prompts}.jsonl.gz"
     if not log.is_file():
         log.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "lab.audit.scale_bench", "--write-log", str(log), "--prompts",
-                        str(prompts)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "lab.audit.scale_bench",
+                "--write-log",
+                str(log),
+                "--prompts",
+                str(prompts),
+            ],
+            check=True,
+        )
     return log
 
 
 def one_run(log, workers: int, on_ray: bool = True) -> tuple[dict, dict]:
-    """The audit on a local cluster of `workers` CPUs (or, not `on_ray`, in this process alone, its tokenizer's
-    threads on every core): its row (seconds per stage, memory) and its report."""
+    """The audit on a local cluster of `workers` CPUs (or, not `on_ray`, in this process alone, its
+    tokenizer's threads on every core): its row (seconds per stage, memory) and its report."""
     start = time.perf_counter()
     with PeakMemory(interval=0.5) as memory:
         result = audit(log, AuditSettings(ray="local" if on_ray else None, workers=workers))
-    row = {"setup": f"Ray, {workers} worker(s)" if on_ray else "one process, no Ray", "workers": workers,
-           "seconds": round(time.perf_counter() - start, 1),
-           **{f"{stage} (s)": s for stage, s in result.seconds.items()},
-           "driver_peak_gb": round(peak_rss_gib() * 2 ** 30 / 1e9, 3),
-           "largest_child_gb": round(memory.largest_child_bytes / 1e9, 3)}
+    row = {
+        "setup": f"Ray, {workers} worker(s)" if on_ray else "one process, no Ray",
+        "workers": workers,
+        "seconds": round(time.perf_counter() - start, 1),
+        **{f"{stage} (s)": s for stage, s in result.seconds.items()},
+        "driver_peak_gb": round(peak_rss_gib() * 2**30 / 1e9, 3),
+        "largest_child_gb": round(memory.largest_child_bytes / 1e9, 3),
+    }
     report = {k: v for k, v in result.to_json().items() if k not in VARIES}
     return row, json.loads(json.dumps(report, default=str, sort_keys=True))
 
 
 def driver_read_s(log) -> float:
-    """The seconds the driver alone takes to read the log's raw lines and cut them into chunks (what it does while
-    the actors tokenize): the rate no number of workers can pass."""
+    """The seconds the driver alone takes to read the log's raw lines and cut them into chunks (what
+    it does while the actors tokenize): the rate no number of workers can pass."""
     records = raw_records(log)
     start = time.perf_counter()
     for _ in iter(lambda: list(itertools.islice(records, CHUNK)), []):
@@ -69,8 +84,8 @@ def driver_read_s(log) -> float:
 
 
 def run(prompts: int, worker_counts: list[int], baseline: bool = True) -> int:
-    """The audit of `prompts` on each local cluster of `worker_counts` CPUs, after the same audit in one process
-    without Ray (`baseline`)."""
+    """The audit of `prompts` on each local cluster of `worker_counts` CPUs, after the same audit in
+    one process without Ray (`baseline`)."""
     log = log_of(prompts)
     raw_s = driver_read_s(log)
     rows, reports = [], []
@@ -82,21 +97,36 @@ def run(prompts: int, worker_counts: list[int], baseline: bool = True) -> int:
     table = pd.DataFrame(rows)
     table["speed-up"] = table.seconds.iloc[int(baseline)] / table.seconds  # against one Ray worker
     equal = all(r == reports[0] for r in reports)
-    env = environment(benchmark="ray", prompts=prompts, log=log.name, reports_equal=equal, targets=TARGETS,
-                      driver_read_s=round(raw_s, 3), log_bytes=log.stat().st_size)
+    env = environment(
+        benchmark="ray",
+        prompts=prompts,
+        log=log.name,
+        reports_equal=equal,
+        targets=TARGETS,
+        driver_read_s=round(raw_s, 3),
+        log_bytes=log.stat().st_size,
+    )
     save_benchmark(table, f"bench_ray-{prompts}", env)
     print(f"reports equal but for their timings: {equal}")
     return 0 if equal else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.audit.ray_bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m lab.audit.ray_bench", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--prompts", type=int, default=1_000_000)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="the clusters' CPUs, in turn")
-    parser.add_argument("--no-baseline", action="store_true", help="skip the run in one process without Ray")
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[1, 2], help="the clusters' CPUs, in turn"
+    )
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the run in one process without Ray"
+    )
     args = parser.parse_args(argv)
     if args.prompts < 1 or min(args.workers) < 1:
-        parser.error("--prompts and --workers must be positive, e.g. --prompts 100000 --workers 1 2")
+        parser.error(
+            "--prompts and --workers must be positive, e.g. --prompts 100000 --workers 1 2"
+        )
     return run(args.prompts, args.workers, baseline=not args.no_baseline)
 
 

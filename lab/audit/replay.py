@@ -1,5 +1,6 @@
-"""Hit rates by replay: the token ids through the lab's PrefixCache (vLLM V1's block pool) of a stated capacity,
-one request at a time in arrival order; the radix tree as the token-granular bound."""
+"""Hit rates by replay: the token ids through the lab's PrefixCache (vLLM V1's block pool) of a
+stated capacity, one request at a time in arrival order; the radix tree as the token-granular bound.
+"""
 
 from __future__ import annotations
 
@@ -9,54 +10,74 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from lab.audit.prompts import AuditInputError
-from lab.core.block_hash import REPLAY_HASH, blocks_needed, hittable_blocks, kv_blocks, token_hit_rate
+from lab.core.block_hash import (
+    REPLAY_HASH,
+    blocks_needed,
+    hittable_blocks,
+    kv_blocks,
+    token_hit_rate,
+)
 from lab.core.prefix_cache import PrefixCache
 from lab.core.radix_cache import RadixCache
 
 
-def replay_hit_rate(token_ids: Sequence[Sequence[int]], block_size: int, kv_tokens: int,
-                    salts: Sequence[str | None] | None = None) -> float:
-    """Token hit rate of the prompts replayed one at a time, in order, through one `PrefixCache` holding
-    `kv_tokens` tokens (least recently used blocks evicted first, as in vLLM)."""
-    cache = PrefixCache(num_blocks=kv_blocks(kv_tokens, block_size), block_size=block_size, hash_algo=REPLAY_HASH)
+def replay_hit_rate(
+    token_ids: Sequence[Sequence[int]],
+    block_size: int,
+    kv_tokens: int,
+    salts: Sequence[str | None] | None = None,
+) -> float:
+    """Token hit rate of the prompts replayed one at a time, in order, through one `PrefixCache`
+    holding `kv_tokens` tokens (least recently used blocks evicted first, as in vLLM)."""
+    cache = PrefixCache(
+        num_blocks=kv_blocks(kv_tokens, block_size), block_size=block_size, hash_algo=REPLAY_HASH
+    )
     return token_hit_rate(cache.replay(token_ids, salts), [len(ids) for ids in token_ids])
 
 
 def radix_hit_rate(token_ids: Sequence[Sequence[int]], kv_tokens: int) -> float:
     """The same replay through a token-granular radix tree of the same capacity: what blocks cost."""
-    return token_hit_rate(RadixCache(capacity_tokens=kv_tokens).replay(token_ids), [len(ids) for ids in token_ids])
+    return token_hit_rate(
+        RadixCache(capacity_tokens=kv_tokens).replay(token_ids), [len(ids) for ids in token_ids]
+    )
 
 
 def check_capacity(lengths: Sequence[int], kv_tokens: int, lines: Sequence[int], path: str) -> None:
     longest = int(np.argmax(lengths))
     if int(lengths[longest]) + 128 > kv_tokens:
-        raise AuditInputError(f"kv_tokens={kv_tokens} cannot hold {path}:{lines[longest]} ({int(lengths[longest])} "
-                              "tokens) with room for a block per size; use your engine's KV capacity, which vLLM logs at "
-                              "start ('KV cache size: N tokens')")
+        raise AuditInputError(
+            f"kv_tokens={kv_tokens} cannot hold {path}:{lines[longest]} ({int(lengths[longest])} "
+            "tokens) with room for a block per size; use your engine's KV capacity, which vLLM logs at "
+            "start ('KV cache size: N tokens')"
+        )
 
 
-def replay_chains(chains: Iterable[Sequence[int]], lengths: Iterable[int], block_size: int,
-                  num_blocks: int) -> np.ndarray:
-    """`PrefixCache.replay`, block for block, for chains already hashed (one sequence of block hashes per request)
-    and the requests' lengths: the cached tokens of each request. Compiled (`lab.audit.fast_replay`); the
-    readable version it equals is `replay_chains_reference`."""
+def replay_chains(
+    chains: Iterable[Sequence[int]], lengths: Iterable[int], block_size: int, num_blocks: int
+) -> np.ndarray:
+    """`PrefixCache.replay`, block for block, for chains already hashed (one sequence of block
+    hashes per request) and the requests' lengths: the cached tokens of each request. Compiled
+    (`lab.audit.fast_replay`); the readable version it equals is `replay_chains_reference`."""
     from lab.audit.fast_replay import flatten_chains, replay_flat
 
     hashes, offsets = flatten_chains(list(chains))
     return replay_flat(hashes, offsets, np.fromiter(lengths, np.int64), block_size, num_blocks)
 
 
-def replay_chains_reference(chains: Iterable[Sequence[int]], lengths: Iterable[int], block_size: int,
-                            num_blocks: int) -> np.ndarray:
-    """`PrefixCache.replay`, block for block, for chains already hashed (one list of 64-bit block hashes per
-    request, lab.audit.block_arrays) and the requests' lengths: the cached tokens of each request.
+def replay_chains_reference(
+    chains: Iterable[Sequence[int]], lengths: Iterable[int], block_size: int, num_blocks: int
+) -> np.ndarray:
+    """`PrefixCache.replay`, block for block, for chains already hashed (one list of 64-bit block
+    hashes per request, lab.audit.block_arrays) and the requests' lengths: the cached tokens of each
+    request.
 
-    The same pool, leaner: a block is an int, the free queue an ordered dict of block ids (least recently used
-    first), and `cached` maps a hash to its block, or to a list of them when the last-token rule registered a
-    duplicate (a lookup takes the first registered). Between two requests every block is free, so a request
-    takes its hits out of the queue, takes new blocks from the head (dropping what they held), and gives all
-    back: blocks with a hash to the tail, the chain's tail first; blocks without one (the last, partial block)
-    to the front, to be reused first.
+    The same pool, leaner: a block is an int, the free queue an ordered dict of block ids (least
+    recently used first), and `cached` maps a hash to its block, or to a list of them when the
+    last-token rule registered a duplicate (a lookup takes the first registered). Between two
+    requests every block is free, so a request takes its hits out of the queue, takes new blocks
+    from the head (dropping what they held), and gives all back: blocks with a hash to the tail, the
+    chain's tail first; blocks without one (the last, partial block) to the front, to be reused
+    first.
     """
     queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
     held: list[int | None] = [None] * num_blocks
@@ -81,7 +102,13 @@ def replay_chains_reference(chains: Iterable[Sequence[int]], lengths: Iterable[i
             if hits + k < len(hashes):  # a full block: cached under its hash
                 h = held[block] = hashes[hits + k]
                 present = cached.get(h)
-                cached[h] = block if present is None else [present, block] if type(present) is int else present + [block]
+                cached[h] = (
+                    block
+                    if present is None
+                    else [present, block]
+                    if type(present) is int
+                    else present + [block]
+                )
             else:
                 held[block] = None
             table.append(block)

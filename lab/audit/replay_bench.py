@@ -1,19 +1,21 @@
-"""The compiled replay at speed (a benchmark, not a test): against the readable replay, against a probe loop, and a
-capacity curve of ten million requests.
+"""The compiled replay at speed (a benchmark, not a test): against the readable replay, against a
+probe loop, and a capacity curve of ten million requests.
 
     python -m lab.audit.replay_bench [--requests 1000000] [--curve-requests 10000000] [--repeats 3]
 
-The trace is Kimi's hour (Mooncake's conversation trace) repeated with its block ids remapped per copy: each copy
-keeps the hour's own sharing, and no two copies share a block (more conversations of the same shape).
+The trace is Kimi's hour (Mooncake's conversation trace) repeated with its block ids remapped per
+copy: each copy keeps the hour's own sharing, and no two copies share a block (more conversations of
+the same shape).
 
-1. `--requests` requests replayed at 3M tokens by `replay_chains_reference` (Python) and by the compiled kernel, in
-   pairs, one right after the other, on one core (run it with OMP_NUM_THREADS=1): target at least 10x, the results
-   equal.
-2. The kernel's block lookups a second against a probe loop over an array as large as its hash table (the same
-   count of random reads, nothing else): how close the replay comes to what the memory allows.
-3. A capacity curve of 16 points on `--curve-requests` requests, the capacities spread over the cores: target at
-   most 60 s and 2 GB on 2 cores.
-Saved as data/results/bench_replay-*, with the machine and the lab's commit.
+1. `--requests` requests replayed at 3M tokens by `replay_chains_reference` (Python) and by the
+   compiled kernel, in pairs, one right after the other, on one core (run it with
+   OMP_NUM_THREADS=1): target at least 10x, the results equal.
+2. The kernel's block lookups a second against a probe loop over an array as large as its hash table
+   (the same count of random reads, nothing else): how close the replay comes to what the memory
+   allows.
+3. A capacity curve of 16 points on `--curve-requests` requests, the capacities spread over the
+   cores: target at most 60 s and 2 GB on 2 cores. Saved as data/results/bench_replay-*, with the
+   machine and the lab's commit.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ TARGETS = {"speed-up": 10.0, "curve_s": 60.0, "curve_gb": 2.0}
 
 
 def repeated_trace(requests: int):
-    """Kimi's hour repeated to `requests` requests, each copy's ids shifted past the last: flat int32 chains (int64
-    where the ids would not fit), their offsets, the lengths, and the trace itself."""
+    """Kimi's hour repeated to `requests` requests, each copy's ids shifted past the last: flat
+    int32 chains (int64 where the ids would not fit), their offsets, the lengths, and the trace
+    itself."""
     trace = read_block_trace(CONVERSATION)
     counts = np.array([len(c) for c in trace.chains], np.int64)
     base = np.concatenate(trace.chains)
@@ -53,7 +56,7 @@ def repeated_trace(requests: int):
     dtype = np.int32 if span * copies < 2**31 else np.int64
     flat = np.empty(copies * len(base), dtype)
     for copy in range(copies):  # a copy at a time: no temporary as large as the whole
-        flat[copy * len(base):(copy + 1) * len(base)] = base + copy * span
+        flat[copy * len(base) : (copy + 1) * len(base)] = base + copy * span
     offsets = np.zeros(copies * len(trace) + 1, np.int64)
     np.cumsum(np.tile(counts, copies), out=offsets[1:])
     keep = requests
@@ -63,8 +66,8 @@ def repeated_trace(requests: int):
 
 @njit(cache=True)
 def probe_loop(table_size: int, probes: int) -> int:
-    """`probes` reads at scattered places of an int64 array of `table_size` entries: the replay's memory traffic
-    with none of its work."""
+    """`probes` reads at scattered places of an int64 array of `table_size` entries: the replay's
+    memory traffic with none of its work."""
     table = np.arange(table_size, dtype=np.int64)
     mask, acc, at = table_size - 1, 0, 0
     for i in range(probes):
@@ -82,8 +85,9 @@ def _curve(hashes, offsets, lengths, block_size, pools):
 
 
 def dealt(pools: np.ndarray, workers: int) -> np.ndarray:
-    """The pools' order for `workers` threads that each take a contiguous run (numba's static schedule): the
-    sizes dealt round-robin from the largest, so that each run holds large and small alike."""
+    """The pools' order for `workers` threads that each take a contiguous run (numba's static
+    schedule): the sizes dealt round-robin from the largest, so that each run holds large and small
+    alike."""
     by_size = np.argsort(pools)[::-1]
     return np.concatenate([by_size[w::workers] for w in range(workers)])
 
@@ -91,8 +95,10 @@ def dealt(pools: np.ndarray, workers: int) -> np.ndarray:
 def speed(requests: int, repeats: int) -> list[dict]:
     flat, offsets, lengths, trace = repeated_trace(requests)
     pool = pool_blocks(trace, KV_TOKENS)
-    chains = [flat[offsets[i]:offsets[i + 1]] for i in range(len(lengths))]
-    replay_flat(flat[:0], offsets[:1], lengths[:0], trace.block_tokens, pool)  # compile first, untimed
+    chains = [flat[offsets[i] : offsets[i + 1]] for i in range(len(lengths))]
+    replay_flat(
+        flat[:0], offsets[:1], lengths[:0], trace.block_tokens, pool
+    )  # compile first, untimed
     probe_loop(2, 1)
     rows = []
     for repeat in range(repeats):
@@ -102,23 +108,42 @@ def speed(requests: int, repeats: int) -> list[dict]:
         compiled = replay_flat(flat.astype(np.int64), offsets, lengths, trace.block_tokens, pool)
         end = time.perf_counter()
         if not np.array_equal(reference, compiled):
-            raise RuntimeError("the compiled replay differs from the reference: a bug, not a benchmark result")
+            raise RuntimeError(
+                "the compiled replay differs from the reference: a bug, not a benchmark result"
+            )
         lookups = int(offsets[-1])
         table = 1 << int(np.ceil(np.log2(2 * pool)))
         probe_start = time.perf_counter()
         probe_loop(table, lookups)
         probe_s = time.perf_counter() - probe_start
-        rows.append({"benchmark": "replay", "repeat": repeat, "requests": len(lengths), "blocks": lookups,
-                     "reference_s": middle - start, "compiled_s": end - middle, "probe_s": probe_s,
-                     "speedup": (middle - start) / (end - middle), "share_of_probe_rate": probe_s / (end - middle)})
+        rows.append(
+            {
+                "benchmark": "replay",
+                "repeat": repeat,
+                "requests": len(lengths),
+                "blocks": lookups,
+                "reference_s": middle - start,
+                "compiled_s": end - middle,
+                "probe_s": probe_s,
+                "speedup": (middle - start) / (end - middle),
+                "share_of_probe_rate": probe_s / (end - middle),
+            }
+        )
     return rows
 
 
 def curve_in_a_process(requests: int) -> dict:
     """`curve` in a fresh process, so that its peak memory is its own."""
-    every_core = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS")}
-    done = subprocess.run([sys.executable, "-m", "lab.audit.replay_bench", "--curve-only", str(requests)],
-                          check=True, capture_output=True, text=True, env=every_core)
+    every_core = {
+        k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS")
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "lab.audit.replay_bench", "--curve-only", str(requests)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=every_core,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -134,19 +159,29 @@ def curve(requests: int, points: int = 16) -> dict:
         seconds = time.perf_counter() - start
     peak = max(peak_rss_gib(), memory.peak_gib) * 2**30 / 1e9
     rates = hits / lengths.sum()
-    return {"benchmark": "capacity curve", "requests": len(lengths), "points": points, "seconds": seconds,
-            "threads": numba.get_num_threads(),
-            "peak_gb": peak, "hit_rate_at_3m": float(np.interp(np.log(3e6), np.log(capacities), rates)),
-            "max_hit_rate": float(rates.max()),
-            "met": bool(seconds <= TARGETS["curve_s"] and peak <= TARGETS["curve_gb"])}
+    return {
+        "benchmark": "capacity curve",
+        "requests": len(lengths),
+        "points": points,
+        "seconds": seconds,
+        "threads": numba.get_num_threads(),
+        "peak_gb": peak,
+        "hit_rate_at_3m": float(np.interp(np.log(3e6), np.log(capacities), rates)),
+        "max_hit_rate": float(rates.max()),
+        "met": bool(seconds <= TARGETS["curve_s"] and peak <= TARGETS["curve_gb"]),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.audit.replay_bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m lab.audit.replay_bench", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--requests", type=int, default=1_000_000)
     parser.add_argument("--curve-requests", type=int, default=10_000_000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--curve-only", type=int, metavar="REQUESTS", help=argparse.SUPPRESS)  # curve_in_a_process
+    parser.add_argument(
+        "--curve-only", type=int, metavar="REQUESTS", help=argparse.SUPPRESS
+    )  # curve_in_a_process
     args = parser.parse_args(argv)
     if args.curve_only:
         for dtype in (np.int32, np.int64):  # compiled before the clock starts
@@ -155,9 +190,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if min(args.requests, args.curve_requests, args.repeats) < 1:
         parser.error("--requests, --curve-requests and --repeats must be positive")
-    table = pd.DataFrame(speed(args.requests, args.repeats) + [curve_in_a_process(args.curve_requests)])
-    env = environment(benchmark="replay", requests=args.requests, curve_requests=args.curve_requests,
-                      repeats=args.repeats, kv_tokens=KV_TOKENS, trace="Kimi's hour repeated, ids remapped per copy")
+    table = pd.DataFrame(
+        speed(args.requests, args.repeats) + [curve_in_a_process(args.curve_requests)]
+    )
+    env = environment(
+        benchmark="replay",
+        requests=args.requests,
+        curve_requests=args.curve_requests,
+        repeats=args.repeats,
+        kv_tokens=KV_TOKENS,
+        trace="Kimi's hour repeated, ids remapped per copy",
+    )
     save_benchmark(table, f"bench_replay-{args.requests}", env)
     return 0
 

@@ -1,4 +1,5 @@
-"""Beyond one engine: every router policy simulated over the user's prompts, and what a per-tenant salt costs."""
+"""Beyond one engine: every router policy simulated over the user's prompts, and what a per-tenant
+salt costs."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ from dataclasses import dataclass
 import pandas as pd
 
 from lab.core.block_hash import kv_blocks
-from lab.experiments.fleet_sim import SIMULATED_ROUTER_POLICIES, CacheAwareKnobs, FleetSim, hash_requests, summarize_sim
+from lab.experiments.fleet_sim import (
+    SIMULATED_ROUTER_POLICIES,
+    CacheAwareKnobs,
+    FleetSim,
+    hash_requests,
+    summarize_sim,
+)
 
 THRESHOLDS = (0.3, 0.5, 0.8)  # cache_aware --cache-threshold values tried
 MAX_IMBALANCE = 1.5  # the recommended policy sends at most this times the mean load to one replica
@@ -16,7 +23,9 @@ MAX_IMBALANCE = 1.5  # the recommended policy sends at most this times the mean 
 
 @dataclass
 class FleetAdvice:
-    """Every policy simulated over `replicas` replicas on the first `sample` prompts, and the one recommended."""
+    """Every policy simulated over `replicas` replicas on the first `sample` prompts, and the one
+    recommended."""
+
     replicas: int
     sample: int
     recommended_policy: str
@@ -28,6 +37,7 @@ class FleetAdvice:
 @dataclass
 class SaltCost:
     """The hit rate with one shared cache and with a `cache_salt` per tenant."""
+
     tenants: int
     hit_rate_shared: float
     hit_rate_salted: float
@@ -37,56 +47,101 @@ class SaltCost:
         return self.hit_rate_shared - self.hit_rate_salted
 
 
-def fleet_policies(token_ids: Sequence[Sequence[int]], tenants: Sequence[str | None], replicas: int, block_size: int,
-                   kv_tokens: int, progress: bool = False) -> FleetAdvice:
-    """Every router policy (cache_aware at several cache thresholds) simulated over `replicas` replicas
-    of `kv_tokens` each, with 2 requests per replica in flight; the recommendation is the highest hit rate
-    whose load imbalance (max / mean requests) stays within MAX_IMBALANCE."""
+def fleet_policies(
+    token_ids: Sequence[Sequence[int]],
+    tenants: Sequence[str | None],
+    replicas: int,
+    block_size: int,
+    kv_tokens: int,
+    progress: bool = False,
+) -> FleetAdvice:
+    """Every router policy (cache_aware at several cache thresholds) simulated over `replicas`
+    replicas of `kv_tokens` each, with 2 requests per replica in flight; the recommendation is the
+    highest hit rate whose load imbalance (max / mean requests) stays within MAX_IMBALANCE."""
     from tqdm.auto import tqdm
 
     keys = list(tenants) if all(t is not None for t in tenants) else None
-    runs = [(policy, threshold) for policy in SIMULATED_ROUTER_POLICIES
-            for threshold in (THRESHOLDS if policy == "cache_aware" else (None,))]
+    runs = [
+        (policy, threshold)
+        for policy in SIMULATED_ROUTER_POLICIES
+        for threshold in (THRESHOLDS if policy == "cache_aware" else (None,))
+    ]
     chains = hash_requests(token_ids, block_size)  # once for every policy
     rows, routes = [], {}
-    for policy, threshold in tqdm(runs, desc="simulating policies", disable=not progress, leave=False):
+    for policy, threshold in tqdm(
+        runs, desc="simulating policies", disable=not progress, leave=False
+    ):
         knobs = CacheAwareKnobs(cache_threshold=threshold) if threshold is not None else None
-        sim = FleetSim(replicas, policy, kv_blocks=kv_blocks(kv_tokens, block_size), block_size=block_size,
-                       knobs=knobs)
-        routed = sim.run(token_ids, concurrency=2 * replicas, keys=keys if policy == "consistent_hash" else None,
-                         chains=chains)
+        sim = FleetSim(
+            replicas,
+            policy,
+            kv_blocks=kv_blocks(kv_tokens, block_size),
+            block_size=block_size,
+            knobs=knobs,
+        )
+        routed = sim.run(
+            token_ids,
+            concurrency=2 * replicas,
+            keys=keys if policy == "consistent_hash" else None,
+            chains=chains,
+        )
         s = summarize_sim(routed, replicas)
         name = policy if threshold is None else f"cache_aware --cache-threshold {threshold}"
         routes[name] = routed.replica.tolist()
-        rows.append({"policy": name, "fleet_hit_rate": s.fleet_hit_rate, "imbalance": s.imbalance,
-                     "session_key": "tenant" if policy == "consistent_hash" and keys else ""})
+        rows.append(
+            {
+                "policy": name,
+                "fleet_hit_rate": s.fleet_hit_rate,
+                "imbalance": s.imbalance,
+                "session_key": "tenant" if policy == "consistent_hash" and keys else "",
+            }
+        )
     table = pd.DataFrame(rows)
     recommended = _recommend(table, MAX_IMBALANCE)
-    return FleetAdvice(replicas, len(token_ids), recommended, table, routes[recommended],
-                       _reason(table, recommended, MAX_IMBALANCE))
+    return FleetAdvice(
+        replicas,
+        len(token_ids),
+        recommended,
+        table,
+        routes[recommended],
+        _reason(table, recommended, MAX_IMBALANCE),
+    )
 
 
 def _recommend(table: pd.DataFrame, max_imbalance: float) -> str:
     if table.fleet_hit_rate.max() < 0.01:  # nothing to share: only the load matters
         return "round_robin"
     balanced = table[table.imbalance <= max_imbalance]
-    best = (balanced if len(balanced) else table).sort_values("fleet_hit_rate", ascending=False, kind="stable")
+    best = (balanced if len(balanced) else table).sort_values(
+        "fleet_hit_rate", ascending=False, kind="stable"
+    )
     return best.policy.iloc[0]
 
 
 def _reason(table: pd.DataFrame, recommended: str, max_imbalance: float) -> str:
     if table.fleet_hit_rate.max() < 0.01:
         return "nothing is shared between these prompts, so only the load matters"
-    by_hits = table.set_index("policy").sort_values("fleet_hit_rate", ascending=False, kind="stable")
+    by_hits = table.set_index("policy").sort_values(
+        "fleet_hit_rate", ascending=False, kind="stable"
+    )
     chosen = by_hits.loc[recommended]
-    text = (f"the highest hit rate ({chosen.fleet_hit_rate:.1%}) among the policies that keep the busiest replica "
-            f"within x{max_imbalance} the mean load")
+    text = (
+        f"the highest hit rate ({chosen.fleet_hit_rate:.1%}) among the policies that keep the busiest replica "
+        f"within x{max_imbalance} the mean load"
+    )
     more = by_hits[by_hits.fleet_hit_rate > chosen.fleet_hit_rate + 0.005]
     if len(more):
         top = more.iloc[0]
-        text += (f"; {more.index[0]} would keep more ({top.fleet_hit_rate:.1%}) but loads one replica "
-                 f"x{top.imbalance:.2f} the mean")
-    close = by_hits[(by_hits.index != recommended) & ((by_hits.fleet_hit_rate - chosen.fleet_hit_rate).abs() <= 0.005)]
+        text += (
+            f"; {more.index[0]} would keep more ({top.fleet_hit_rate:.1%}) but loads one replica "
+            f"x{top.imbalance:.2f} the mean"
+        )
+    close = by_hits[
+        (by_hits.index != recommended)
+        & ((by_hits.fleet_hit_rate - chosen.fleet_hit_rate).abs() <= 0.005)
+    ]
     if len(close):
-        text += f"; {', '.join(close.index)} keep as many hits as {recommended}, within half a point"
+        text += (
+            f"; {', '.join(close.index)} keep as many hits as {recommended}, within half a point"
+        )
     return text

@@ -16,7 +16,9 @@ from typing import Any, NamedTuple
 import cbor2
 import numpy as np
 
-NONE_HASH_SEED = "vllm-none-hash"  # vLLM's seed for the first block's parent (unless PYTHONHASHSEED is set)
+NONE_HASH_SEED = (
+    "vllm-none-hash"  # vLLM's seed for the first block's parent (unless PYTHONHASHSEED is set)
+)
 
 
 def _xxh3_128(data: bytes) -> bytes:
@@ -39,7 +41,9 @@ HASH_FUNCTIONS: dict[str, Callable[[Any], bytes]] = {
     "xxhash": lambda obj: _xxh3_128(_pickled(obj)),  # fast, not collision resistant
     "xxhash_cbor": lambda obj: _xxh3_128(_cbor(obj)),
 }
-REPLAY_HASH = "builtin"  # not vLLM's: Python's own hash, ten times faster, for counting hits in large traces
+REPLAY_HASH = (
+    "builtin"  # not vLLM's: Python's own hash, ten times faster, for counting hits in large traces
+)
 
 
 def _builtin(obj: Any) -> bytes:
@@ -54,23 +58,28 @@ def hash_function(hash_algo: str) -> Callable[[Any], bytes]:
     """The hash of one block's (parent hash, token ids, extra keys).
 
     A request that hits the cache hashes again blocks that were hashed before, so recent results are
-    remembered: the same bytes, about five times faster on a hit. vLLM hashes each request once when it
-    arrives and keeps no such memo; nothing else differs.
+    remembered: the same bytes, about five times faster on a hit. vLLM hashes each request once when
+    it arrives and keeps no such memo; nothing else differs.
     """
-    if hash_algo == REPLAY_HASH:  # a block pool's hits and evictions depend only on which blocks are equal
+    if (
+        hash_algo == REPLAY_HASH
+    ):  # a block pool's hits and evictions depend only on which blocks are equal
         return _builtin
     if hash_algo not in HASH_FUNCTIONS:
-        raise ValueError(f"hash_algo={hash_algo!r} is not supported; choose one of {sorted(HASH_FUNCTIONS)} "
-                         f"(or {REPLAY_HASH!r} for replays that only count hits)")
+        raise ValueError(
+            f"hash_algo={hash_algo!r} is not supported; choose one of {sorted(HASH_FUNCTIONS)} "
+            f"(or {REPLAY_HASH!r} for replays that only count hits)"
+        )
     return lru_cache(maxsize=MEMO_SIZE)(HASH_FUNCTIONS[hash_algo])
 
 
 def none_hash(hash_algo: str = "sha256") -> bytes:
-    """The parent hash of every chain's first block: the hash of PYTHONHASHSEED when it is set, else of vLLM's
-    fixed seed string. The seed is read at each call, as vLLM's `init_none_hash` reads it each time it runs.
+    """The parent hash of every chain's first block: the hash of PYTHONHASHSEED when it is set, else
+    of vLLM's fixed seed string. The seed is read at each call, as vLLM's `init_none_hash` reads it
+    each time it runs.
 
-    vLLM draws a random seed for the xxhash algorithms when PYTHONHASHSEED is unset; the lab keeps the fixed
-    seed then, so that its hashes are reproducible.
+    vLLM draws a random seed for the xxhash algorithms when PYTHONHASHSEED is unset; the lab keeps
+    the fixed seed then, so that its hashes are reproducible.
     """
     return _none_hash(hash_algo, os.environ.get("PYTHONHASHSEED", NONE_HASH_SEED))
 
@@ -86,38 +95,48 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
 
 
 def kv_blocks(kv_tokens: int, block_size: int) -> int:
-    """The blocks a KV cache of `kv_tokens` tokens holds: whole blocks only, and at least one (a capacity below
-    one block still gets a block, so a replay of it runs and says how little it keeps)."""
+    """The blocks a KV cache of `kv_tokens` tokens holds: whole blocks only, and at least one (a
+    capacity below one block still gets a block, so a replay of it runs and says how little it
+    keeps)."""
     return max(kv_tokens // block_size, 1)
 
 
 def token_hit_rate(cached_tokens: Iterable[int], prompt_tokens: Iterable[int]) -> float:
-    """The token hit rate of a set of requests: cached prompt tokens over all prompt tokens, as vLLM counts
-    `prefix_cache_hits / prefix_cache_queries` (a request's share is weighted by its length). NaN for no tokens."""
+    """The token hit rate of a set of requests: cached prompt tokens over all prompt tokens, as vLLM
+    counts `prefix_cache_hits / prefix_cache_queries` (a request's share is weighted by its length).
+    NaN for no tokens."""
     total = np.sum(np.asarray(prompt_tokens, dtype=np.int64))
-    return float(np.sum(np.asarray(cached_tokens, dtype=np.int64)) / total) if total else float("nan")
+    return (
+        float(np.sum(np.asarray(cached_tokens, dtype=np.int64)) / total) if total else float("nan")
+    )
 
 
 def hittable_blocks(num_tokens: int, block_size: int) -> int:
-    """The full blocks a request of `num_tokens` tokens can take from the cache. Its last prompt token is always
-    computed (its logits give the first output token), so a block that holds it is computed too: vLLM V1's
-    last-token rule."""
+    """The full blocks a request of `num_tokens` tokens can take from the cache. Its last prompt
+    token is always computed (its logits give the first output token), so a block that holds it is
+    computed too: vLLM V1's last-token rule."""
     return (num_tokens - 1) // block_size
 
 
 def full_blocks(token_ids: Sequence[int], block_size: int) -> list[tuple[int, ...]]:
     """The token ids of every full block of a prompt (a partial last block is left out)."""
-    return [tuple(token_ids[start:start + block_size]) for start in range(0, len(token_ids) - block_size + 1, block_size)]
+    return [
+        tuple(token_ids[start : start + block_size])
+        for start in range(0, len(token_ids) - block_size + 1, block_size)
+    ]
 
 
 class BlockChain(NamedTuple):
-    """A prompt's full blocks and their chain hashes, computed once and handed to a pool that would hash them."""
+    """A prompt's full blocks and their chain hashes, computed once and handed to a pool that would
+    hash them."""
 
     blocks: list[tuple[int, ...]]
     hashes: list[bytes]
 
 
-def chain_hashes(blocks: Sequence[tuple[int, ...]], hash_algo: str = "sha256", cache_salt: str | None = None) -> list[bytes]:
+def chain_hashes(
+    blocks: Sequence[tuple[int, ...]], hash_algo: str = "sha256", cache_salt: str | None = None
+) -> list[bytes]:
     """Hash each block with its parent's hash; the salt goes into the first block's extra keys only."""
     hash_fn = hash_function(hash_algo)
     parent = none_hash(hash_algo)
@@ -131,7 +150,10 @@ def chain_hashes(blocks: Sequence[tuple[int, ...]], hash_algo: str = "sha256", c
 
 
 def block_hashes(
-    token_ids: Sequence[int], block_size: int, hash_algo: str = "sha256", cache_salt: str | None = None
+    token_ids: Sequence[int],
+    block_size: int,
+    hash_algo: str = "sha256",
+    cache_salt: str | None = None,
 ) -> list[bytes]:
     """The chained hash of every full block of a prompt (a partial last block has none)."""
     return chain_hashes(full_blocks(token_ids, block_size), hash_algo, cache_salt)

@@ -1,21 +1,22 @@
-"""A block pool over chains of block hashes, one request at a time, with the eviction policy as a choice.
+"""A block pool over chains of block hashes, one request at a time, with the eviction policy as a
+choice.
 
-`lab.core.prefix_cache.PrefixCache` is vLLM V1's block pool over token ids. This is the same pool when the
-blocks are already hashed (a block-hash trace, or prompts hashed once): a block is an int, `cached` maps a hash
-to its block, and freed blocks wait in a free queue until a new block is needed. With `policy="lru"` it follows
-vLLM exactly (tests check it against `replay_chains` and `PrefixCache`); the other policies change only which
-free block is taken when one must be evicted:
+`lab.core.prefix_cache.PrefixCache` is vLLM V1's block pool over token ids. This is the same pool
+when the blocks are already hashed (a block-hash trace, or prompts hashed once): a block is an int,
+`cached` maps a hash to its block, and freed blocks wait in a free queue until a new block is
+needed. With `policy="lru"` it follows vLLM exactly (tests check it against `replay_chains` and
+`PrefixCache`); the other policies change only which free block is taken when one must be evicted:
 
-- `lru`: vLLM's free queue: the least recently freed first; a request's blocks are freed tail first, and a block
-  with no hash (a partial last block) goes to the front, to be reused first.
+- `lru`: vLLM's free queue: the least recently freed first; a request's blocks are freed tail first,
+  and a block with no hash (a partial last block) goes to the front, to be reused first.
 - `lfu`: the free block hit the fewest times first (ties: least recently freed).
-- `protect_roots`: as lru, but a shared root (one of the first `root_blocks` blocks of a chain that a later
-  request has hit: a system prompt or conversation start that several requests begin with) is evicted only when
-  no other free block is left.
+- `protect_roots`: as lru, but a shared root (one of the first `root_blocks` blocks of a chain that
+  a later request has hit: a system prompt or conversation start that several requests begin with)
+  is evicted only when no other free block is left.
 
-With `tier_blocks`, a hash the pool evicts moves to a second tier of that many blocks (LRU) instead of vanishing,
-and a chain that misses in the pool goes on in the tier: what `lab.core.kv_tier` does with the K/V themselves.
-`tier_hits` counts the blocks served from there.
+With `tier_blocks`, a hash the pool evicts moves to a second tier of that many blocks (LRU) instead
+of vanishing, and a chain that misses in the pool goes on in the tier: what `lab.core.kv_tier` does
+with the K/V themselves. `tier_hits` counts the blocks served from there.
 """
 
 from __future__ import annotations
@@ -31,8 +32,14 @@ POLICIES = ("lru", "lfu", "protect_roots")
 
 
 class ChainPool:
-    def __init__(self, num_blocks: int, block_size: int, policy: str = "lru", root_blocks: int = 1,
-                 tier_blocks: int = 0) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        policy: str = "lru",
+        root_blocks: int = 1,
+        tier_blocks: int = 0,
+    ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy={policy!r}: choose one of {', '.join(POLICIES)}")
         if num_blocks < 1:
@@ -41,17 +48,26 @@ class ChainPool:
         self.held: list[int | None] = [None] * num_blocks  # the hash each block holds
         self.depth = [0] * num_blocks  # its position in the chain that filled it
         self.hits = [0] * num_blocks
-        self.cached: dict[int, list[int]] = {}  # hash -> blocks holding it (more than one: vLLM's duplicates)
-        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # LRU order, head first
+        self.cached: dict[
+            int, list[int]
+        ] = {}  # hash -> blocks holding it (more than one: vLLM's duplicates)
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(
+            range(num_blocks)
+        )  # LRU order, head first
         self.protected: OrderedDict[int, None] = OrderedDict()  # protect_roots: free root blocks
-        self._heap: list[tuple[int, int, int]] = []  # lfu: (hits, freed at, block), stale entries skipped
+        self._heap: list[
+            tuple[int, int, int]
+        ] = []  # lfu: (hits, freed at, block), stale entries skipped
         self._clock = itertools.count()
         self._freed_at = [0] * num_blocks
         self.tier_blocks, self.tier_hits = tier_blocks, 0
-        self.tier: OrderedDict[int, None] = OrderedDict()  # hashes the pool evicted, least recently used first
+        self.tier: OrderedDict[int, None] = (
+            OrderedDict()
+        )  # hashes the pool evicted, least recently used first
 
     def cached_blocks(self, hashes: Sequence[int], num_tokens: int) -> int:
-        """How many leading blocks of a request's chain are cached now (at most its hittable blocks)."""
+        """How many leading blocks of a request's chain are cached now (at most its hittable
+        blocks)."""
         count = 0
         for h in hashes[: hittable_blocks(num_tokens, self.block_size)]:
             if h not in self.cached:
@@ -60,21 +76,23 @@ class ChainPool:
         return count
 
     def serve(self, hashes: Sequence[int], num_tokens: int) -> int:
-        """Admit one request (its full blocks' hashes and its length), run it, free its blocks; its cached tokens."""
+        """Admit one request (its full blocks' hashes and its length), run it, free its blocks; its
+        cached tokens."""
         hits = self.cached_blocks(hashes, num_tokens)
         table = [self.cached[h][0] for h in hashes[:hits]]
         for block in table:
             self._take(block)
             self.hits[block] += 1
-        loaded = self._tier_hits(hashes[hits:hittable_blocks(num_tokens, self.block_size)])
+        loaded = self._tier_hits(hashes[hits : hittable_blocks(num_tokens, self.block_size)])
         for k in range(hits, -(-num_tokens // self.block_size)):
             table.append(self._fill(self._evict(), hashes[k] if k < len(hashes) else None, k))
         self._release(table)
         return (hits + loaded) * self.block_size
 
     def _tier_hits(self, hashes: Sequence[int]) -> int:
-        """How many leading blocks of the rest of a chain the tier holds, looked up before the request takes new
-        blocks (as vLLM asks its connector first); each keeps its copy in the tier."""
+        """How many leading blocks of the rest of a chain the tier holds, looked up before the
+        request takes new blocks (as vLLM asks its connector first); each keeps its copy in the
+        tier."""
         count = 0
         for h in hashes:
             if h not in self.tier:
@@ -105,13 +123,17 @@ class ChainPool:
                 self.tier.popitem(last=False)
 
     def _release(self, table: list[int]) -> None:
-        """Free a finished request's blocks: hashed ones to the tail, the chain's tail first; the rest to the
-        front (vLLM's order)."""
+        """Free a finished request's blocks: hashed ones to the tail, the chain's tail first; the
+        rest to the front (vLLM's order)."""
         unhashed = []
         for block in reversed(table):
             if self.held[block] is None:
                 unhashed.append(block)
-            elif self.policy == "protect_roots" and self.depth[block] < self.root_blocks and self.hits[block]:
+            elif (
+                self.policy == "protect_roots"
+                and self.depth[block] < self.root_blocks
+                and self.hits[block]
+            ):
                 self.protected[block] = None
             else:
                 self.free[block] = None
@@ -130,11 +152,17 @@ class ChainPool:
     def _evict(self) -> int:
         """The free block to reuse for a new one."""
         if self.policy == "lfu":
-            while self.free and self.held[next(iter(self.free))] is None:  # unhashed blocks first, as in vLLM
+            while (
+                self.free and self.held[next(iter(self.free))] is None
+            ):  # unhashed blocks first, as in vLLM
                 return self.free.popitem(last=False)[0]
             while self._heap:
                 hits, freed_at, block = heapq.heappop(self._heap)
-                if block in self.free and freed_at == self._freed_at[block] and hits == self.hits[block]:
+                if (
+                    block in self.free
+                    and freed_at == self._freed_at[block]
+                    and hits == self.hits[block]
+                ):
                     del self.free[block]
                     return block
         if self.free:
@@ -144,8 +172,14 @@ class ChainPool:
         raise RuntimeError("no free block: the pool is smaller than one request")
 
 
-def replay(chains: Sequence[Sequence[int]], lengths: Sequence[int], block_size: int, num_blocks: int,
-           policy: str = "lru") -> list[int]:
-    """Each request's cached tokens, the requests served one at a time in order through one ChainPool."""
+def replay(
+    chains: Sequence[Sequence[int]],
+    lengths: Sequence[int],
+    block_size: int,
+    num_blocks: int,
+    policy: str = "lru",
+) -> list[int]:
+    """Each request's cached tokens, the requests served one at a time in order through one
+    ChainPool."""
     pool = ChainPool(num_blocks, block_size, policy)
     return [pool.serve(chain, int(length)) for chain, length in zip(chains, lengths)]

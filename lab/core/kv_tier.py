@@ -1,16 +1,17 @@
-"""A second, slower home for K/V blocks the pool had to evict: host memory, a file per block, or either behind a
-stand-in for a network.
+"""A second, slower home for K/V blocks the pool had to evict: host memory, a file per block, or
+either behind a stand-in for a network.
 
-The pool (`lab.core.prefix_cache`) drops a cached block's hash when it needs the block for something else. With
-a tier, the block's K/V is copied out first, keyed by the same hash. A later request whose chain misses in the pool
-but finds the next blocks in the tier loads them back instead of recomputing them (`lab.core.mini_engine`). A
-tier is an LRU of at most `num_blocks` blocks; each entry keeps the block's token ids, so a hash collision can
-never hand out another prompt's K/V. A block loaded back keeps its copy here (an inclusive tier, as a store behind
-many engines would), so a tier and a pool hold less together than one pool of both sizes.
+The pool (`lab.core.prefix_cache`) drops a cached block's hash when it needs the block for something
+else. With a tier, the block's K/V is copied out first, keyed by the same hash. A later request
+whose chain misses in the pool but finds the next blocks in the tier loads them back instead of
+recomputing them (`lab.core.mini_engine`). A tier is an LRU of at most `num_blocks` blocks; each
+entry keeps the block's token ids, so a hash collision can never hand out another prompt's K/V. A
+block loaded back keeps its copy here (an inclusive tier, as a store behind many engines would), so
+a tier and a pool hold less together than one pool of both sizes.
 
-Loading p tokens costs about (a read's fixed cost) + p x (K/V bytes per token) / (the tier's bandwidth), where
-recomputing them costs about p x (FLOPs per token) / (the machine's FLOP/s): `lab.experiments.load_vs_recompute`
-measures both.
+Loading p tokens costs about (a read's fixed cost) + p x (K/V bytes per token) / (the tier's
+bandwidth), where recomputing them costs about p x (FLOPs per token) / (the machine's FLOP/s):
+`lab.experiments.load_vs_recompute` measures both.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from safetensors.torch import load_file, save_file
 
 from lab.checks import number_in, positive_int
 
-BlockKV = tuple[torch.Tensor, torch.Tensor]  # K and V of one block: [layer, token in block, kv head, head dim]
+BlockKV = tuple[
+    torch.Tensor, torch.Tensor
+]  # K and V of one block: [layer, token in block, kv head, head dim]
 
 
 @dataclass
@@ -49,7 +52,9 @@ class KVTier:
 
     def __init__(self, num_blocks: int) -> None:
         self.num_blocks = positive_int("num_blocks", num_blocks)
-        self.entries: OrderedDict[bytes, tuple[int, ...]] = OrderedDict()  # hash -> token ids, LRU first
+        self.entries: OrderedDict[bytes, tuple[int, ...]] = (
+            OrderedDict()
+        )  # hash -> token ids, LRU first
         self.stats = TierStats()
 
     def __contains__(self, block_hash: bytes) -> bool:
@@ -59,7 +64,8 @@ class KVTier:
         return len(self.entries)
 
     def put(self, block_hash: bytes, token_ids: Sequence[int], kv: BlockKV) -> None:
-        """Keep a block the pool is evicting (the least recently stored one leaves when the tier is full)."""
+        """Keep a block the pool is evicting (the least recently stored one leaves when the tier is
+        full)."""
         if block_hash in self.entries:
             self.entries.move_to_end(block_hash)
             return
@@ -72,8 +78,8 @@ class KVTier:
         self.stats.stores += 1
 
     def load_chain(self, hashes: Sequence[bytes], blocks: Sequence[Sequence[int]]) -> list[BlockKV]:
-        """K and V of the leading blocks of a chain that this tier holds, in one read (a chain stops at its first
-        miss, in the tier as in the pool). A hash counts only with the same tokens."""
+        """K and V of the leading blocks of a chain that this tier holds, in one read (a chain stops
+        at its first miss, in the tier as in the pool). A hash counts only with the same tokens."""
         start = time.perf_counter()
         found = []
         for block_hash, token_ids in zip(hashes, blocks):
@@ -97,7 +103,8 @@ class KVTier:
         self.entries.clear()
 
     def _transfer_wait(self, size: int, elapsed_s: float) -> None:
-        """A read of `size` bytes took `elapsed_s`: a tier that stands for a slower link waits out the rest."""
+        """A read of `size` bytes took `elapsed_s`: a tier that stands for a slower link waits out
+        the rest."""
 
     def _write(self, block_hash: bytes, kv: BlockKV) -> None:
         raise NotImplementedError
@@ -150,14 +157,16 @@ class DiskTier(KVTier):
 
 
 class ThrottledTier(KVTier):
-    """Another tier read as if over a link of `bandwidth` bytes/s with `latency_s` per read (a stand-in for a
-    network or remote store: one round trip a request, however many blocks it reads; the wait is real, the link
-    is not)."""
+    """Another tier read as if over a link of `bandwidth` bytes/s with `latency_s` per read (a
+    stand-in for a network or remote store: one round trip a request, however many blocks it reads;
+    the wait is real, the link is not)."""
 
     def __init__(self, inner: KVTier, bandwidth: float, latency_s: float) -> None:
         super().__init__(inner.num_blocks)
         self.inner = inner
-        self.bandwidth = number_in("bandwidth", bandwidth, 0, float("inf"), "bytes per second above 0", ends="()")
+        self.bandwidth = number_in(
+            "bandwidth", bandwidth, 0, float("inf"), "bytes per second above 0", ends="()"
+        )
         self.latency_s = number_in("latency_s", latency_s, 0, 60, "seconds between 0 and 60")
 
     def _transfer_wait(self, size: int, elapsed_s: float) -> None:

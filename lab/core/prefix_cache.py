@@ -43,7 +43,9 @@ class Block:
     block_id: int
     ref_count: int = 0
     block_hash: bytes | None = None
-    token_ids: tuple[int, ...] | None = None  # kept with the hash, so a collision can never be a hit
+    token_ids: tuple[int, ...] | None = (
+        None  # kept with the hash, so a collision can never be a hit
+    )
 
 
 @dataclass
@@ -65,8 +67,12 @@ class PrefixCache:
     num_blocks: int
     block_size: int
     hash_algo: str = "sha256"
-    enable_caching: bool = True  # False: a plain block pool, as vLLM with --no-enable-prefix-caching
-    on_evict: Callable[[Block], None] | None = field(default=None, repr=False)  # sees a block before it is evicted
+    enable_caching: bool = (
+        True  # False: a plain block pool, as vLLM with --no-enable-prefix-caching
+    )
+    on_evict: Callable[[Block], None] | None = field(
+        default=None, repr=False
+    )  # sees a block before it is evicted
     stats: CacheStats = field(default_factory=CacheStats, init=False)
 
     def __post_init__(self) -> None:
@@ -76,7 +82,9 @@ class PrefixCache:
         hash_function(self.hash_algo)
         self.blocks = [Block(i) for i in range(self.num_blocks)]
         self.free_queue: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks)
-        self.cached: dict[bytes, dict[int, Block]] = {}  # hash -> blocks holding it, first registered first
+        self.cached: dict[
+            bytes, dict[int, Block]
+        ] = {}  # hash -> blocks holding it, first registered first
         self.tables: dict[str, list[Block]] = {}
         self.token_ids: dict[str, list[int]] = {}  # every token whose K/V a request's blocks hold
         self.salts: dict[str, str | None] = {}
@@ -94,19 +102,34 @@ class PrefixCache:
             return 0
         blocks = full_blocks(token_ids, self.block_size)
         hashes = chain_hashes(blocks, self.hash_algo, cache_salt)
-        return len(self._longest_hit(hashes[:hittable_blocks(len(token_ids), self.block_size)], blocks)) * self.block_size
+        return (
+            len(
+                self._longest_hit(
+                    hashes[: hittable_blocks(len(token_ids), self.block_size)], blocks
+                )
+            )
+            * self.block_size
+        )
 
-    def cached_prefix_blocks(self, hashes: Sequence[bytes], blocks: Sequence[tuple[int, ...]]) -> int:
-        """How many leading blocks of a chain (hashed with this pool's `hash_algo`) are cached now: a lookup
-        for callers that hash a prompt once and ask many pools (changes nothing)."""
+    def cached_prefix_blocks(
+        self, hashes: Sequence[bytes], blocks: Sequence[tuple[int, ...]]
+    ) -> int:
+        """How many leading blocks of a chain (hashed with this pool's `hash_algo`) are cached now:
+        a lookup for callers that hash a prompt once and ask many pools (changes nothing)."""
         if not self.enable_caching or not hashes or hashes[0] not in self.cached:
             return 0
         return len(self._longest_hit(hashes, blocks))
 
-    def allocate(self, request_id: str, token_ids: Sequence[int], cache_salt: str | None = None,
-                 chain: BlockChain | None = None) -> int:
-        """Give a request blocks for its prompt; returns how many prompt tokens come from cache. `chain`: the
-        prompt's full blocks and their hashes (this pool's `hash_algo`, the salt), for a caller that has them."""
+    def allocate(
+        self,
+        request_id: str,
+        token_ids: Sequence[int],
+        cache_salt: str | None = None,
+        chain: BlockChain | None = None,
+    ) -> int:
+        """Give a request blocks for its prompt; returns how many prompt tokens come from cache.
+        `chain`: the prompt's full blocks and their hashes (this pool's `hash_algo`, the salt), for
+        a caller that has them."""
         if request_id in self.tables:
             raise ValueError(f"request_id={request_id!r} already holds blocks; free it first")
         if len(token_ids) == 0:
@@ -118,9 +141,11 @@ class PrefixCache:
         else:
             blocks = full_blocks(token_ids, self.block_size)
             hashes = chain_hashes(blocks, self.hash_algo, cache_salt)
-        hit = self._longest_hit(hashes[:hittable_blocks(len(token_ids), self.block_size)], blocks)
+        hit = self._longest_hit(hashes[: hittable_blocks(len(token_ids), self.block_size)], blocks)
         num_new = blocks_needed(len(token_ids), self.block_size) - len(hit)
-        needed = num_new + sum(b.ref_count == 0 for b in hit)  # hit blocks in the free queue leave it too
+        needed = num_new + sum(
+            b.ref_count == 0 for b in hit
+        )  # hit blocks in the free queue leave it too
         if needed > self.num_free_blocks:
             raise CacheFullError(
                 f"request {request_id!r} ({len(token_ids)} tokens) needs {needed} free blocks but only "
@@ -138,19 +163,24 @@ class PrefixCache:
         return len(hit) * self.block_size
 
     def append_tokens(self, request_id: str, new_token_ids: Sequence[int]) -> None:
-        """Extend a running request (decoding): more blocks as needed; blocks that fill up get cached."""
+        """Extend a running request (decoding): more blocks as needed; blocks that fill up get
+        cached."""
         table, token_ids = self._table(request_id), self.token_ids[request_id]
         num_full_before = len(token_ids) // self.block_size
         token_ids.extend(new_token_ids)
         num_new = blocks_needed(len(token_ids), self.block_size) - len(table)
         if num_new > self.num_free_blocks:
-            del token_ids[len(token_ids) - len(new_token_ids):]
-            raise CacheFullError(f"request {request_id!r} needs {num_new} more blocks; {self.num_free_blocks} are free")
+            del token_ids[len(token_ids) - len(new_token_ids) :]
+            raise CacheFullError(
+                f"request {request_id!r} needs {num_new} more blocks; {self.num_free_blocks} are free"
+            )
         table.extend(self._take_free_block() for _ in range(num_new))
         if self.enable_caching:
             blocks = full_blocks(token_ids, self.block_size)
             hashes = chain_hashes(blocks, self.hash_algo, self.salts[request_id])
-            self._register_full_blocks(request_id, first=num_full_before, hashes=hashes, blocks=blocks)
+            self._register_full_blocks(
+                request_id, first=num_full_before, hashes=hashes, blocks=blocks
+            )
 
     def free(self, request_id: str) -> None:
         """Release a request's blocks; they stay cached until their block is reused."""
@@ -167,19 +197,26 @@ class PrefixCache:
         for block in to_tail:
             self.free_queue[block.block_id] = block
 
-    def replay(self, prompts: Sequence[Sequence[int]], salts: Sequence[str | None] | None = None) -> list[int]:
+    def replay(
+        self, prompts: Sequence[Sequence[int]], salts: Sequence[str | None] | None = None
+    ) -> list[int]:
         """Serve `prompts` one at a time, in order (allocate, then free): the cached tokens of each."""
         if salts is not None and len(salts) != len(prompts):
-            raise ValueError(f"salts has {len(salts)} entries for {len(prompts)} prompts: give one per prompt")
+            raise ValueError(
+                f"salts has {len(salts)} entries for {len(prompts)} prompts: give one per prompt"
+            )
         cached = []
         for i, token_ids in enumerate(prompts):
             request_id = f"replay-{i}"
-            cached.append(self.allocate(request_id, token_ids, cache_salt=salts[i] if salts else None))
+            cached.append(
+                self.allocate(request_id, token_ids, cache_salt=salts[i] if salts else None)
+            )
             self.free(request_id)
         return cached
 
     def reset(self) -> None:
-        """Forget every cached hash (like vLLM's reset_prefix_cache: only when no request holds blocks)."""
+        """Forget every cached hash (like vLLM's reset_prefix_cache: only when no request holds
+        blocks)."""
         if self.tables:
             raise RuntimeError(f"cannot reset while requests hold blocks: {sorted(self.tables)}")
         self.cached.clear()
@@ -187,8 +224,8 @@ class PrefixCache:
             block.block_hash = block.token_ids = None
 
     def evict_free_blocks(self) -> int:
-        """Evict every cached block no request holds, least recently used first, as a pool under pressure would
-        (`on_evict` sees each one); returns how many."""
+        """Evict every cached block no request holds, least recently used first, as a pool under
+        pressure would (`on_evict` sees each one); returns how many."""
         evicted = [block for block in self.free_queue.values() if block.block_hash is not None]
         for block in evicted:
             self._evict(block)
@@ -196,10 +233,14 @@ class PrefixCache:
 
     def _table(self, request_id: str) -> list[Block]:
         if request_id not in self.tables:
-            raise KeyError(f"request_id={request_id!r} holds no blocks (never allocated, or already freed)")
+            raise KeyError(
+                f"request_id={request_id!r} holds no blocks (never allocated, or already freed)"
+            )
         return self.tables[request_id]
 
-    def _longest_hit(self, hashes: Sequence[bytes], blocks: Sequence[tuple[int, ...]]) -> list[Block]:
+    def _longest_hit(
+        self, hashes: Sequence[bytes], blocks: Sequence[tuple[int, ...]]
+    ) -> list[Block]:
         hit = []
         for block_hash, tokens in zip(hashes, blocks):
             holders = self.cached.get(block_hash)
@@ -234,8 +275,9 @@ class PrefixCache:
         block.block_hash = block.token_ids = None
         self.stats.evictions += 1
 
-    def _register_full_blocks(self, request_id: str, first: int, hashes: list[bytes],
-                              blocks: list[tuple[int, ...]]) -> None:
+    def _register_full_blocks(
+        self, request_id: str, first: int, hashes: list[bytes], blocks: list[tuple[int, ...]]
+    ) -> None:
         """Cache blocks `first`.. of a request that are full (a hash may gain a duplicate block)."""
         table = self.tables[request_id]
         for i in range(first, len(hashes)):

@@ -1,8 +1,10 @@
-"""A token-granular radix tree cache (SGLang's RadixAttention style), the upper bound on prefix reuse.
+"""A token-granular radix tree cache (SGLang's RadixAttention style), the upper bound on prefix
+reuse.
 
-Where `lab.core.prefix_cache` can only hit whole blocks, the tree matches token by token: its hit rate is
-what the same workload would get with a block size of 1 and no per-block cost. Nodes hold runs of
-tokens; a partial match splits a node; unreferenced leaves are evicted least recently used first.
+Where `lab.core.prefix_cache` can only hit whole blocks, the tree matches token by token: its hit
+rate is what the same workload would get with a block size of 1 and no per-block cost. Nodes hold
+runs of tokens; a partial match splits a node; unreferenced leaves are evicted least recently used
+first.
 """
 
 from __future__ import annotations
@@ -16,15 +18,16 @@ from lab.core.prefix_cache import CacheFullError, CacheStats
 
 
 def common_prefix_length(key: tuple[int, ...], token_ids: Sequence[int], start: int) -> int:
-    """How many leading tokens of `key` equal `token_ids[start:]`. Slices compare in C: one comparison when
-    the whole edge matches (the common case), a bisection of slices where it does not."""
+    """How many leading tokens of `key` equal `token_ids[start:]`. Slices compare in C: one
+    comparison when the whole edge matches (the common case), a bisection of slices where it does
+    not."""
     n = min(len(key), len(token_ids) - start)
-    if key[:n] == tuple(token_ids[start:start + n]):
+    if key[:n] == tuple(token_ids[start : start + n]):
         return n
     low, high = 0, n  # key[:low] matches, key[:high] does not
     while high - low > 1:
         mid = (low + high) // 2
-        if key[low:mid] == tuple(token_ids[start + low:start + mid]):
+        if key[low:mid] == tuple(token_ids[start + low : start + mid]):
             low = mid
         else:
             high = mid
@@ -35,28 +38,40 @@ def common_prefix_length(key: tuple[int, ...], token_ids: Sequence[int], start: 
 class Node:
     key: tuple[int, ...] = ()
     parent: Node | None = None
-    children: dict[int, Node] = field(default_factory=dict)  # first token of the child's key -> child
+    children: dict[int, Node] = field(
+        default_factory=dict
+    )  # first token of the child's key -> child
     ref_count: int = 0
     last_access: int = 0
 
 
 @dataclass
 class RadixCache:
-    """Holds up to `capacity_tokens` tokens of K/V; same allocate / free / stats surface as PrefixCache."""
+    """Holds up to `capacity_tokens` tokens of K/V; same allocate / free / stats surface as
+    PrefixCache."""
 
     capacity_tokens: int
     stats: CacheStats = field(default_factory=CacheStats, init=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.capacity_tokens, bool) or not isinstance(self.capacity_tokens, int) or self.capacity_tokens <= 0:
+        if (
+            isinstance(self.capacity_tokens, bool)
+            or not isinstance(self.capacity_tokens, int)
+            or self.capacity_tokens <= 0
+        ):
             raise ValueError(f"capacity_tokens={self.capacity_tokens!r} must be a positive integer")
-        self.roots: dict[str | None, Node] = {}  # one tree per cache salt: salted prompts never share
+        self.roots: dict[
+            str | None, Node
+        ] = {}  # one tree per cache salt: salted prompts never share
         self.paths: dict[str, list[Node]] = {}
         self.num_tokens = 0
         self._clock = count(1)
 
-    def allocate(self, request_id: str, token_ids: Sequence[int], cache_salt: str | None = None) -> int:
-        """Insert a request's prompt; returns how many of its tokens were already cached (at most len - 1)."""
+    def allocate(
+        self, request_id: str, token_ids: Sequence[int], cache_salt: str | None = None
+    ) -> int:
+        """Insert a request's prompt; returns how many of its tokens were already cached (at most
+        len - 1)."""
         if request_id in self.paths:
             raise ValueError(f"request_id={request_id!r} is already running; free it first")
         if len(token_ids) == 0:
@@ -68,8 +83,10 @@ class RadixCache:
         missing = len(token_ids) - matched
         if not self._make_room(missing):
             self._lock(path, -1)
-            raise CacheFullError(f"request {request_id!r} needs room for {missing} tokens; "
-                                 f"capacity_tokens={self.capacity_tokens} are held by running requests")
+            raise CacheFullError(
+                f"request {request_id!r} needs room for {missing} tokens; "
+                f"capacity_tokens={self.capacity_tokens} are held by running requests"
+            )
         if missing:
             leaf = Node(tuple(token_ids[matched:]), parent=node, ref_count=1)
             node.children[leaf.key[0]] = leaf
@@ -95,11 +112,14 @@ class RadixCache:
 
     def free(self, request_id: str) -> None:
         if request_id not in self.paths:
-            raise KeyError(f"request_id={request_id!r} is not running (never allocated, or already freed)")
+            raise KeyError(
+                f"request_id={request_id!r} is not running (never allocated, or already freed)"
+            )
         self._lock(self.paths.pop(request_id), -1)
 
     def match_length(self, token_ids: Sequence[int], cache_salt: str | None = None) -> int:
-        """How many leading tokens of `token_ids` the tree holds (changes nothing, not even recency)."""
+        """How many leading tokens of `token_ids` the tree holds (changes nothing, not even
+        recency)."""
         node, matched = self.roots.get(cache_salt), 0
         while node is not None and matched < len(token_ids):
             child = node.children.get(token_ids[matched])
@@ -134,7 +154,9 @@ class RadixCache:
         return node, matched
 
     def _split(self, node: Node, at: int) -> Node:
-        head = Node(node.key[:at], node.parent, {node.key[at]: node}, node.ref_count, node.last_access)
+        head = Node(
+            node.key[:at], node.parent, {node.key[at]: node}, node.ref_count, node.last_access
+        )
         node.parent.children[head.key[0]] = head
         node.key, node.parent = node.key[at:], head
         return head
@@ -156,7 +178,9 @@ class RadixCache:
         """Evict unreferenced leaves, least recently used first, until num_tokens fit."""
         if self.num_tokens + num_tokens <= self.capacity_tokens:
             return True
-        leaves = [(n.last_access, id(n), n) for n in self._nodes() if not n.children and n.ref_count == 0]
+        leaves = [
+            (n.last_access, id(n), n) for n in self._nodes() if not n.children and n.ref_count == 0
+        ]
         heapq.heapify(leaves)
         while self.num_tokens + num_tokens > self.capacity_tokens and leaves:
             _, _, leaf = heapq.heappop(leaves)

@@ -1,9 +1,10 @@
-"""The lab's random-weight Llamas (`tiny`, `small`), built deterministically from the committed corpus.
+"""The lab's random-weight Llamas (`tiny`, `small`), built deterministically from the committed
+corpus.
 
-No model hub is reachable from the lab's machines, so the lab trains a byte-level BPE tokenizer on the
-sentences under `data/corpus/` and writes a randomly initialised Llama in Hugging Face format. The weights
-carry no knowledge (every answer is gibberish); they exist so the real engines have a model that starts in
-seconds, and prefix caching behaves the same on them as on any Llama.
+No model hub is reachable from the lab's machines, so the lab trains a byte-level BPE tokenizer on
+the sentences under `data/corpus/` and writes a randomly initialised Llama in Hugging Face format.
+The weights carry no knowledge (every answer is gibberish); they exist so the real engines have a
+model that starts in seconds, and prefix caching behaves the same on them as on any Llama.
 """
 
 from __future__ import annotations
@@ -38,21 +39,33 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     # Seconds per notebook on a laptop CPU.
-    "tiny": Preset(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                   num_key_value_heads=2, intermediate_size=768),
+    "tiny": Preset(
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=768,
+    ),
     # Llama-shaped at a few hundred MFLOPs per token, for people with more time.
-    "small": Preset(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                    num_key_value_heads=4, intermediate_size=2048),
+    "small": Preset(
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        intermediate_size=2048,
+    ),
 }
 
 
 def corpus_lines(*names: str) -> list[str]:
-    """The non-empty lines of the committed corpus files `names` (default: every file, the English and Chinese
-    sentences and the templates the tokenizer is trained on)."""
+    """The non-empty lines of the committed corpus files `names` (default: every file, the English
+    and Chinese sentences and the templates the tokenizer is trained on)."""
     files = [CORPUS_DIR / n for n in names] if names else sorted(CORPUS_DIR.glob("*.txt"))
     if not files or not all(f.is_file() for f in files):
         raise FileNotFoundError(f"no corpus files {names or '(*.txt)'} under {CORPUS_DIR}")
-    return [line for f in files for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        line for f in files for line in f.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
 
 
 def train_tokenizer(vocab_size: int):
@@ -87,7 +100,9 @@ def _padded(n: int, multiple: int = 64) -> int:
     return -(-n // multiple) * multiple
 
 
-def llama_config(preset: Preset, vocab_size: int, bos_id: int, eos_id: int, name: str, seed: int) -> dict:
+def llama_config(
+    preset: Preset, vocab_size: int, bos_id: int, eos_id: int, name: str, seed: int
+) -> dict:
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -162,7 +177,9 @@ def _write_tokenizer_files(tokenizer, out_dir: Path, max_len: int) -> None:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
 
 
 def build_random_model(out_dir: Path, preset: str, seed: int) -> Path:
@@ -182,9 +199,13 @@ def build_random_model(out_dir: Path, preset: str, seed: int) -> Path:
         name=preset,
         seed=seed,
     )
-    save_file(random_weights(config, seed), str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        random_weights(config, seed), str(out_dir / "model.safetensors"), metadata={"format": "pt"}
+    )
     _write_json(out_dir / "config.json", config)
-    _write_json(out_dir / "generation_config.json",
-                {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]})
+    _write_json(
+        out_dir / "generation_config.json",
+        {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]},
+    )
     _write_tokenizer_files(tokenizer, out_dir, spec.max_position_embeddings)
     return out_dir

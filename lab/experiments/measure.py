@@ -1,11 +1,12 @@
-"""Run a workload through the real engine and record, per request, where its time to first token went.
+"""Run a workload through the real engine and record, per request, where its time to first token
+went.
 
 Per request, from vLLM's own timestamps: preprocessing (arrival to queued: tokenization, input
 checks, and in online runs any wait for the engine loop to take the request in), queueing (queued to
 first scheduled), prefill (scheduled to first token), TTFT (arrival to first token) and end-to-end
-latency. Offline mode submits every request at once (the article's batch
-test); online mode submits them at Poisson arrival times, so TTFT is what a user would see;
-sequential mode sends one request at a time (no queueing: TTFT is preprocessing plus prefill).
+latency. Offline mode submits every request at once (the article's batch test); online mode submits
+them at Poisson arrival times, so TTFT is what a user would see; sequential mode sends one request
+at a time (no queueing: TTFT is preprocessing plus prefill).
 """
 
 from __future__ import annotations
@@ -34,24 +35,34 @@ MODES = ("offline", "online", "sequential")
 
 @dataclass(frozen=True)
 class Poisson:
-    """Online arrivals: requests submitted at Poisson arrival times, `rate` per second on average (seeded)."""
+    """Online arrivals: requests submitted at Poisson arrival times, `rate` per second on average
+    (seeded)."""
 
     rate: float
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.rate, bool) or not isinstance(self.rate, int | float) or not self.rate > 0:
-            raise ValueError(f"rate={self.rate!r}: online mode needs a positive arrival rate in requests per second")
+        if (
+            isinstance(self.rate, bool)
+            or not isinstance(self.rate, int | float)
+            or not self.rate > 0
+        ):
+            raise ValueError(
+                f"rate={self.rate!r}: online mode needs a positive arrival rate in requests per second"
+            )
 
 
 def arrival_times(n: int, mode: str | Poisson) -> list[float]:
-    """Seconds after the start at which each request is submitted: all at 0 for "offline" and "sequential"."""
+    """Seconds after the start at which each request is submitted: all at 0 for "offline" and
+    "sequential"."""
     if isinstance(mode, Poisson):
         gaps = np.random.default_rng(mode.seed).exponential(1.0 / mode.rate, size=n)
         return np.concatenate([[0.0], np.cumsum(gaps[1:])]).tolist()
     if mode not in ("offline", "sequential"):
-        raise ValueError(f"mode={mode!r}: use 'offline' (all at once), Poisson(rate=..., seed=...) (online "
-                         "arrivals) or 'sequential' (one at a time)")
+        raise ValueError(
+            f"mode={mode!r}: use 'offline' (all at once), Poisson(rate=..., seed=...) (online "
+            "arrivals) or 'sequential' (one at a time)"
+        )
     return [0.0] * n
 
 
@@ -106,31 +117,54 @@ def run_workload(
     progress: bool = True,
     salt_each: str | None = None,
 ) -> WorkloadRun:
-    """A row per request (in prompt order) and the run's facts (peak KV blocks in use, peak process memory,
-    preemptions). `mode`: "offline", "sequential" or `Poisson(rate, seed)` (online). `salt_each`: every request
-    gets its own cache_salt (`salt_each` and its number), so none reuses another's blocks: a no-reuse baseline
-    on the same engine."""
+    """A row per request (in prompt order) and the run's facts (peak KV blocks in use, peak process
+    memory, preemptions). `mode`: "offline", "sequential" or `Poisson(rate, seed)` (online).
+    `salt_each`: every request gets its own cache_salt (`salt_each` and its number), so none reuses
+    another's blocks: a no-reuse baseline on the same engine."""
     if isinstance(prompts, str) or len(prompts) == 0:
-        raise ValueError("prompts is empty: pass a non-empty list of prompts (e.g. load_workload(...).prompts)")
+        raise ValueError(
+            "prompts is empty: pass a non-empty list of prompts (e.g. load_workload(...).prompts)"
+        )
     arrivals = arrival_times(len(prompts), mode)
-    token_ids = check_prompts(llm, prompts, max_tokens)  # every prompt is checked before any is sent
+    token_ids = check_prompts(
+        llm, prompts, max_tokens
+    )  # every prompt is checked before any is sent
     preempted_before = preemptions(llm)
-    driven = _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time=mode == "sequential",
-                    salt_each=salt_each)
-    rows = [_row(i, out, driven.submitted[i]) | {"sent_s": driven.sent[i]} for i, out in enumerate(driven.outputs)]
+    driven = _drive(
+        llm,
+        token_ids,
+        arrivals,
+        max_tokens,
+        progress,
+        one_at_a_time=mode == "sequential",
+        salt_each=salt_each,
+    )
+    rows = [
+        _row(i, out, driven.submitted[i]) | {"sent_s": driven.sent[i]}
+        for i, out in enumerate(driven.outputs)
+    ]
     online = isinstance(mode, Poisson)
-    facts = RunFacts(mode="online" if online else mode, rate=mode.rate if online else None, max_tokens=max_tokens,
-                     peak_kv_blocks=driven.peak_kv_blocks, kv_blocks=driven.kv_blocks, peak_process_gib=round(driven.peak_process_gib, 3),
-                     preemptions=preemptions(llm) - preempted_before)
+    facts = RunFacts(
+        mode="online" if online else mode,
+        rate=mode.rate if online else None,
+        max_tokens=max_tokens,
+        peak_kv_blocks=driven.peak_kv_blocks,
+        kv_blocks=driven.kv_blocks,
+        peak_process_gib=round(driven.peak_process_gib, 3),
+        preemptions=preemptions(llm) - preempted_before,
+    )
     return WorkloadRun(pd.DataFrame(rows), facts)
 
 
 def preemptions(llm) -> int:
-    """vLLM's count of requests preempted so far (their KV freed under memory pressure, recomputed later)."""
+    """vLLM's count of requests preempted so far (their KV freed under memory pressure, recomputed
+    later)."""
     return int(sum(m.value for m in llm.get_metrics() if m.name == NUM_PREEMPTIONS))
 
 
-def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time, salt_each=None) -> _Driven:
+def _drive(
+    llm, token_ids, arrivals, max_tokens, progress, one_at_a_time, salt_each=None
+) -> _Driven:
     """Submit requests at their arrival times (or each when the previous one finished) and step the
     engine until all have finished."""
     from vllm import SamplingParams
@@ -149,14 +183,23 @@ def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time, salt_e
     with tqdm(total=len(token_ids), desc="requests", disable=not progress, leave=False) as bar:
         while len(outputs) < len(token_ids):
             now = time.monotonic() - start
-            while pending and pending[0][1] <= now and not (one_at_a_time and engine.has_unfinished_requests()):
+            while (
+                pending
+                and pending[0][1] <= now
+                and not (one_at_a_time and engine.has_unfinished_requests())
+            ):
                 i, planned = pending.popleft()
-                # A request that arrived while the engine was busy with a step is added late; its planned
-                # arrival time still starts its TTFT clock, so that wait counts as the user would see it.
+                # A request that arrived while the engine was busy with a step is added late; its
+                # planned arrival time still starts its TTFT clock, so that wait counts as the user
+                # would see it.
                 arrived = now if one_at_a_time else planned
                 salt = {"cache_salt": f"{salt_each}-{i}"} if salt_each else {}
-                engine.add_request(f"{run}-{i}", TokensPrompt(prompt_token_ids=token_ids[i], **salt), params,
-                                   arrival_time=start_wall + arrived)
+                engine.add_request(
+                    f"{run}-{i}",
+                    TokensPrompt(prompt_token_ids=token_ids[i], **salt),
+                    params,
+                    arrival_time=start_wall + arrived,
+                )
                 submitted[i], sent[i] = arrived, time.monotonic() - start
             if not engine.has_unfinished_requests():
                 time.sleep(min(0.01, max(0.0, pending[0][1] - now)))
@@ -168,8 +211,14 @@ def _drive(llm, token_ids, arrivals, max_tokens, progress, one_at_a_time, salt_e
             peak_blocks = max(peak_blocks, vllm_internals.kv_blocks_in_use(llm))
             peak_memory = max(peak_memory, process_memory_gib())
     order = range(len(token_ids))
-    return _Driven([outputs[i] for i in order], [submitted[i] for i in order], [sent[i] for i in order],
-                   peak_blocks, peak_memory, usable)
+    return _Driven(
+        [outputs[i] for i in order],
+        [submitted[i] for i in order],
+        [sent[i] for i in order],
+        peak_blocks,
+        peak_memory,
+        usable,
+    )
 
 
 def _row(i: int, out, arrival_s: float) -> dict:
@@ -182,7 +231,9 @@ def _row(i: int, out, arrival_s: float) -> dict:
         "output_tokens": len(out.outputs[0].token_ids),
         "arrival_s": arrival_s,
         "ttft_s": ttft,
-        "preprocess_s": max(0.0, ttft - (m.first_token_ts - m.queued_ts)),  # incl. any wait to be added
+        "preprocess_s": max(
+            0.0, ttft - (m.first_token_ts - m.queued_ts)
+        ),  # incl. any wait to be added
         "queue_s": m.scheduled_ts - m.queued_ts,
         "prefill_s": m.first_token_ts - m.scheduled_ts,
         "e2e_s": ttft + (m.last_token_ts - m.first_token_ts),
@@ -191,8 +242,9 @@ def _row(i: int, out, arrival_s: float) -> dict:
 
 
 def summarize(df: pd.DataFrame, facts: RunFacts | None = None) -> pd.Series:
-    """Latency percentiles, throughput and token-weighted hit rate (hits / queries, as vLLM counts) of a run's
-    rows; with its facts, also the offered rate of an online run and the peaks of KV blocks and memory."""
+    """Latency percentiles, throughput and token-weighted hit rate (hits / queries, as vLLM counts)
+    of a run's rows; with its facts, also the offered rate of an online run and the peaks of KV
+    blocks and memory."""
     if df.empty:
         raise ValueError("summarize() needs at least one request row")
     makespan = (df.arrival_s + df.e2e_s).max() - df.arrival_s.min()
@@ -214,14 +266,18 @@ def summarize(df: pd.DataFrame, facts: RunFacts | None = None) -> pd.Series:
     if facts is not None:
         if facts.mode == "online" and len(df) > 1:
             summary["offered_rate_per_s"] = offered_rate(df.arrival_s)
-        summary |= {"peak_kv_blocks": facts.peak_kv_blocks, "peak_kv_usage": facts.peak_kv_blocks / facts.kv_blocks,
-                    "peak_process_gib": facts.peak_process_gib}
+        summary |= {
+            "peak_kv_blocks": facts.peak_kv_blocks,
+            "peak_kv_usage": facts.peak_kv_blocks / facts.kv_blocks,
+            "peak_process_gib": facts.peak_process_gib,
+        }
     return pd.Series(summary, name="value")
 
 
 def offered_rate(arrivals: Sequence[float]) -> float:
-    """Requests per second that arrival (or send) times actually delivered, (n - 1) over their span: a seeded
-    Poisson draw is not its mean rate. Infinite when they all came at once, NaN for fewer than two."""
+    """Requests per second that arrival (or send) times actually delivered, (n - 1) over their span:
+    a seeded Poisson draw is not its mean rate. Infinite when they all came at once, NaN for fewer
+    than two."""
     times = np.asarray(arrivals, dtype=float)
     if len(times) < 2:
         return float("nan")
@@ -232,5 +288,9 @@ def offered_rate(arrivals: Sequence[float]) -> float:
 def compare(off: pd.Series, on: pd.Series) -> pd.DataFrame:
     """The with/without table: both values and the % change from off to on."""
     table = pd.DataFrame({"cache off": off, "cache on": on})
-    table["change_%"] = (table["cache on"] - table["cache off"]) / table["cache off"].where(table["cache off"] != 0) * 100
+    table["change_%"] = (
+        (table["cache on"] - table["cache off"])
+        / table["cache off"].where(table["cache off"] != 0)
+        * 100
+    )
     return table

@@ -1,5 +1,6 @@
-"""Which run made a file: the runner names each notebook run (LAB_RUN_ID), results files record it in their
-provenance, and every PNG figure carries it in its own text chunks, so a figure can be traced to its run.
+"""Which run made a file: the runner names each notebook run (LAB_RUN_ID), results files record it
+in their provenance, and every PNG figure carries it in its own text chunks, so a figure can be
+traced to its run.
 
     current_run()                      # "05_cache_on_vs_off-full-20261201T153855", or None outside the runner
     stamp_png(path, notebook=...)      # writes lab:run, lab:profile and lab:figure into the PNG
@@ -15,16 +16,21 @@ from PIL import Image, PngImagePlugin, UnidentifiedImageError
 
 
 def current_run() -> str | None:
-    """The run the runner (lab.tools.runner) started this kernel for; None in an interactive session."""
+    """The run the runner (lab.tools.runner) started this kernel for; None in an interactive
+    session."""
     return os.environ.get("LAB_RUN_ID") or None
 
 
 def stamp_png(path: Path, **fields: str) -> None:
-    """Write text chunks lab:run, lab:profile and lab:NAME for each of `fields` into the PNG at `path`, beside the
-    text it holds already. Pillow writes the image again (the pixels are the same), to a temporary file renamed
-    over the old one."""
+    """Write text chunks lab:run, lab:profile and lab:NAME for each of `fields` into the PNG at
+    `path`, beside the text it holds already. Pillow writes the image again (the pixels are the
+    same), to a temporary file renamed over the old one."""
     path = Path(path)
-    text = {"run": current_run() or "interactive", "profile": os.environ.get("LAB_PROFILE", "interactive"), **fields}
+    text = {
+        "run": current_run() or "interactive",
+        "profile": os.environ.get("LAB_PROFILE", "interactive"),
+        **fields,
+    }
     try:
         image = Image.open(path)
     except UnidentifiedImageError:
@@ -33,7 +39,9 @@ def stamp_png(path: Path, **fields: str) -> None:
         if image.format != "PNG":
             raise ValueError(f"{path} is not a PNG file")
         info = PngImagePlugin.PngInfo()
-        for key, value in (image.text | {f"lab:{key}": str(value) for key, value in text.items()}).items():
+        for key, value in (
+            image.text | {f"lab:{key}": str(value) for key, value in text.items()}
+        ).items():
             info.add_text(key, value)
         tmp = path.with_name(f".{path.name}.tmp")
         image.save(tmp, format="PNG", pnginfo=info)

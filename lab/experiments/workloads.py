@@ -1,8 +1,8 @@
 """Named prompt sets on disk. The generators are in lab.experiments.generators; `load_workload`
 generates once, saves JSONL plus a manifest (seed, count, token-length statistics under the lab
-tokenizer, and a fingerprint of what produced the file) under data/workloads/, and reads the file back
-on later calls while the fingerprint still matches. All text is built from the lab's own sentences in
-data/corpus/.
+tokenizer, and a fingerprint of what produced the file) under data/workloads/, and reads the file
+back on later calls while the fingerprint still matches. All text is built from the lab's own
+sentences in data/corpus/.
 """
 
 from __future__ import annotations
@@ -41,15 +41,25 @@ class Workload:
 
 
 def length_stats(lengths: list[int]) -> dict:
-    return {"min": min(lengths), "median": statistics.median(lengths), "mean": round(statistics.fmean(lengths), 1),
-            "max": max(lengths), "total": sum(lengths)}
+    return {
+        "min": min(lengths),
+        "median": statistics.median(lengths),
+        "mean": round(statistics.fmean(lengths), 1),
+        "max": max(lengths),
+        "total": sum(lengths),
+    }
 
 
 def fingerprint() -> str:
-    """SHA-256 of everything a saved workload depends on besides (name, count, seed): this module, the
-    generators, the corpus, and the tokenizer that counts the tokens."""
+    """SHA-256 of everything a saved workload depends on besides (name, count, seed): this module,
+    the generators, the corpus, and the tokenizer that counts the tokens."""
     digest = hashlib.sha256()
-    sources = [Path(__file__), Path(generators.__file__), *sorted(CORPUS_DIR.glob("*.txt")), ensure_model("tiny") / "tokenizer.json"]
+    sources = [
+        Path(__file__),
+        Path(generators.__file__),
+        *sorted(CORPUS_DIR.glob("*.txt")),
+        ensure_model("tiny") / "tokenizer.json",
+    ]
     for path in sources:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
@@ -59,9 +69,15 @@ def make_manifest(name: str, records: list[Record], count: int, seed: int) -> di
     lengths = [num_tokens(r["prompt"]) for r in records]
     for record, n in zip(records, lengths):
         record["prompt_tokens"] = n
-    return {"name": name, "seed": seed, "count": count, "records": len(records),
-            "tokenizer": "lab tiny (byte-level BPE)", "prompt_tokens": length_stats(lengths),
-            "fingerprint": fingerprint()}
+    return {
+        "name": name,
+        "seed": seed,
+        "count": count,
+        "records": len(records),
+        "tokenizer": "lab tiny (byte-level BPE)",
+        "prompt_tokens": length_stats(lengths),
+        "fingerprint": fingerprint(),
+    }
 
 
 def _check(name: str, count: int | None) -> None:
@@ -80,8 +96,8 @@ def generate_workload(name: str, count: int | None = None, seed: int = 0) -> Wor
 
 
 def load_workload(name: str, count: int | None = None, seed: int = 0) -> Workload:
-    """The workload from data/workloads/; generated and saved first if it is not there, or if what produced
-    the saved file (generators, corpus, tokenizer) has changed since."""
+    """The workload from data/workloads/; generated and saved first if it is not there, or if what
+    produced the saved file (generators, corpus, tokenizer) has changed since."""
     _check(name, count)
     count = count if count is not None else GENERATORS[name].__defaults__[0]
     stem = workloads_dir() / f"{name}-n{count}-seed{seed}"
@@ -92,7 +108,12 @@ def load_workload(name: str, count: int | None = None, seed: int = 0) -> Workloa
             records = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
             return Workload(name, records, manifest)
     workload = generate_workload(name, count, seed)
-    # The content is a pure function of (name, count, seed) and the fingerprint, so replacing a stale file is safe.
-    write_atomically(jsonl, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in workload.records), overwrite=True)
+    # The content is a pure function of (name, count, seed) and the fingerprint, so replacing a
+    # stale file is safe.
+    write_atomically(
+        jsonl,
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in workload.records),
+        overwrite=True,
+    )
     write_atomically(manifest_path, json.dumps(workload.manifest, indent=2) + "\n", overwrite=True)
     return workload

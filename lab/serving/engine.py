@@ -4,8 +4,8 @@ One in-process engine at a time: shutting an in-process engine down tears down p
 (vLLM's parallel groups) that every other live engine in the process uses. So `make_llm` first shuts
 down the engine it started before (using that one afterwards raises a clear error).
 
-What vLLM and torch print while an engine starts (NUMA binding, Triton, weight-loading bars) goes to a log
-file, not into the notebook; if start-up fails, the end of that log is attached to the error.
+What vLLM and torch print while an engine starts (NUMA binding, Triton, weight-loading bars) goes to
+a log file, not into the notebook; if start-up fails, the end of that log is attached to the error.
 """
 
 from __future__ import annotations
@@ -33,12 +33,16 @@ INSTALL_HINT = (
 )
 
 _previous_engine: weakref.ref | None = None
-START_LOG = Path(tempfile.gettempdir()) / f"prefix-cache-lab-engine-{os.getpid()}.log"  # the latest start-up's output
+START_LOG = (
+    Path(tempfile.gettempdir()) / f"prefix-cache-lab-engine-{os.getpid()}.log"
+)  # the latest start-up's output
 
 
 def require_vllm() -> None:
     if importlib.util.find_spec("vllm") is None:
-        raise ImportError(f"vLLM is not installed in this Python ({sys.executable}); {INSTALL_HINT}")
+        raise ImportError(
+            f"vLLM is not installed in this Python ({sys.executable}); {INSTALL_HINT}"
+        )
 
 
 def make_llm(
@@ -51,17 +55,21 @@ def make_llm(
     """Start the real vLLM engine; `model=None` is the lab's tiny model. `engine_args` are further
     `vllm.LLM` / `EngineArgs` keyword arguments (e.g. `max_model_len`, `num_gpu_blocks_override`).
 
-    Inputs are checked first (lab.serving.engine_settings), so a bad block size or model path fails in
-    milliseconds with a message that says what would work, not after vLLM has spent seconds starting up.
+    Inputs are checked first (lab.serving.engine_settings), so a bad block size or model path fails
+    in milliseconds with a message that says what would work, not after vLLM has spent seconds
+    starting up.
     """
     require_vllm()
-    return start_llm(engine_settings(model, enable_prefix_caching=enable_prefix_caching, block_size=block_size,
-                                     **engine_args))
+    return start_llm(
+        engine_settings(
+            model, enable_prefix_caching=enable_prefix_caching, block_size=block_size, **engine_args
+        )
+    )
 
 
 def start_llm(settings: EngineSettings) -> vllm.LLM:
-    """Start an engine with these settings as it stands (no further checks), after shutting down the one
-    started before."""
+    """Start an engine with these settings as it stands (no further checks), after shutting down the
+    one started before."""
     lab.setup()
     os.environ.update(settings.environment())
     global _previous_engine
@@ -77,8 +85,9 @@ def start_llm(settings: EngineSettings) -> vllm.LLM:
 
 @contextlib.contextmanager
 def start_up_output_to(log_path: Path) -> Iterator[None]:
-    """Send everything printed inside the block, from Python or from C++ (file descriptors 1 and 2), to
-    `log_path`; an exception raised inside carries the end of the log as a note (shown in its traceback)."""
+    """Send everything printed inside the block, from Python or from C++ (file descriptors 1 and 2),
+    to `log_path`; an exception raised inside carries the end of the log as a note (shown in its
+    traceback)."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = {fd: os.dup(fd) for fd in (1, 2)}
@@ -93,9 +102,13 @@ def start_up_output_to(log_path: Path) -> Iterator[None]:
                 log.flush()
                 for fd, original in saved.items():
                     os.dup2(original, fd)
-    except Exception as error:  # the log's end travels with the error, shown wherever its traceback is
-        error.add_note(f"engine start-up output (end of {log_path}):\n"
-                       + "\n".join(log_path.read_text().splitlines()[-30:]))
+    except (
+        Exception
+    ) as error:  # the log's end travels with the error, shown wherever its traceback is
+        error.add_note(
+            f"engine start-up output (end of {log_path}):\n"
+            + "\n".join(log_path.read_text().splitlines()[-30:])
+        )
         raise
     finally:
         for original in saved.values():
@@ -115,8 +128,10 @@ def is_closed(llm: vllm.LLM) -> bool:
 
 def require_open(llm: vllm.LLM) -> None:
     if is_closed(llm):
-        raise RuntimeError("this engine was shut down because a newer one was started with make_llm "
-                           "(one in-process engine at a time); use the newer engine or start this one again")
+        raise RuntimeError(
+            "this engine was shut down because a newer one was started with make_llm "
+            "(one in-process engine at a time); use the newer engine or start this one again"
+        )
 
 
 def to_token_ids(llm: vllm.LLM, prompts: Sequence[str | Sequence[int]]) -> list[list[int]]:
@@ -125,7 +140,9 @@ def to_token_ids(llm: vllm.LLM, prompts: Sequence[str | Sequence[int]]) -> list[
     return [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
 
 
-def check_prompts(llm: vllm.LLM, prompts: Sequence[str | Sequence[int]], max_tokens: int = 1) -> list[list[int]]:
+def check_prompts(
+    llm: vllm.LLM, prompts: Sequence[str | Sequence[int]], max_tokens: int = 1
+) -> list[list[int]]:
     """Token ids of the prompts, after checking each fits the engine's context with room to answer."""
     require_open(llm)
     if isinstance(prompts, str) or not len(prompts):
@@ -162,4 +179,6 @@ def generate(
     token_ids = check_prompts(llm, prompts, max_tokens)
     params = SamplingParams(max_tokens=max_tokens, **({"temperature": 0.0} | sampling))
     salt = {"cache_salt": cache_salt} if cache_salt else {}
-    return llm.generate([TokensPrompt(prompt_token_ids=ids, **salt) for ids in token_ids], params, use_tqdm=False)
+    return llm.generate(
+        [TokensPrompt(prompt_token_ids=ids, **salt) for ids in token_ids], params, use_tqdm=False
+    )

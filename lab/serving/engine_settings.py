@@ -1,12 +1,13 @@
 """One description of how the lab starts a vLLM engine, rendered two ways: keyword arguments for the
-in-process `vllm.LLM(...)` and command-line flags for the OpenAI server, so the two cannot drift apart.
+in-process `vllm.LLM(...)` and command-line flags for the OpenAI server, so the two cannot drift
+apart.
 
     settings = engine_settings(None, block_size=32)     # the lab's tiny model on this back-end
     vllm.LLM(**settings.llm_kwargs())                 # lab.serving.engine.make_llm does this
     settings.server_args()                            # lab.serving.server.VLLMServer passes these
 
-Inputs are checked here, before any engine starts: a block size the back-end rejects, a missing model,
-a context longer than the model's.
+Inputs are checked here, before any engine starts: a block size the back-end rejects, a missing
+model, a context longer than the model's.
 """
 
 from __future__ import annotations
@@ -28,24 +29,39 @@ CPU_BLOCK_MULTIPLE = 32  # the CPU attention back-end accepts only multiples of 
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """Engine arguments (vLLM's `EngineArgs` names) plus the one setting vLLM reads from the environment."""
+    """Engine arguments (vLLM's `EngineArgs` names) plus the one setting vLLM reads from the
+    environment."""
 
     model: str
     enable_prefix_caching: bool | None = True  # None: vLLM's own default (on, in the V1 engine)
     block_size: int | None = None  # None: the back-end's default
     seed: int = 0
-    enforce_eager: bool = False  # the CPU default is True: the engine starts in seconds, not half a minute
-    dtype: str = "auto"  # the lab's models say float32: vLLM would otherwise run their fp32 weights in bf16
+    enforce_eager: bool = (
+        False  # the CPU default is True: the engine starts in seconds, not half a minute
+    )
+    dtype: str = (
+        "auto"  # the lab's models say float32: vLLM would otherwise run their fp32 weights in bf16
+    )
     disable_log_stats: bool = False  # per-request timestamps (TTFT, queue time) need stats on
     engine_args: Mapping[str, Any] = field(default_factory=dict)  # any further EngineArgs, by name
     cpu_kvcache_gib: str = DEFAULT_CPU_KVCACHE_GIB  # VLLM_CPU_KVCACHE_SPACE on the CPU back-end
 
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `vllm.LLM`."""
-        kwargs = {"model": self.model, "enable_prefix_caching": self.enable_prefix_caching, "seed": self.seed,
-                  "enforce_eager": self.enforce_eager, "dtype": self.dtype, "disable_log_stats": self.disable_log_stats,
-                  "block_size": self.block_size}
-        return {name: value for name, value in (kwargs | dict(self.engine_args)).items() if value is not None}
+        kwargs = {
+            "model": self.model,
+            "enable_prefix_caching": self.enable_prefix_caching,
+            "seed": self.seed,
+            "enforce_eager": self.enforce_eager,
+            "dtype": self.dtype,
+            "disable_log_stats": self.disable_log_stats,
+            "block_size": self.block_size,
+        }
+        return {
+            name: value
+            for name, value in (kwargs | dict(self.engine_args)).items()
+            if value is not None
+        }
 
     def server_args(self) -> list[str]:
         """The same settings as server flags (after the model, which the caller places)."""
@@ -64,7 +80,8 @@ SWITCHES = {"disable_log_stats"}  # vLLM's plain on-switches: off unless given, 
 
 
 def _flag(name: str, value: Any) -> list[str]:
-    """One engine argument as vLLM's CLI spells it: `--name value`, `--name` / `--no-name` for booleans."""
+    """One engine argument as vLLM's CLI spells it: `--name value`, `--name` / `--no-name` for
+    booleans."""
     flag = "--" + name.replace("_", "-")
     if isinstance(value, bool):
         if name in SWITCHES:
@@ -81,7 +98,8 @@ def accepted_block_sizes() -> tuple[int, ...]:
 
 
 def check_block_size(block_size: Any) -> None:
-    """Raise ValueError unless `block_size` is one the current back-end accepts (None: engine default)."""
+    """Raise ValueError unless `block_size` is one the current back-end accepts (None: engine
+    default)."""
     if block_size is None:
         return
     positive_int("block_size", block_size, "a positive integer (tokens per KV block), e.g. 32")
@@ -113,9 +131,13 @@ def resolve_model(model: str | os.PathLike | None) -> str:
     path = Path(model).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"model={str(model)!r} holds no config.json: not a Hugging Face model directory")
+            raise FileNotFoundError(
+                f"model={str(model)!r} holds no config.json: not a Hugging Face model directory"
+            )
         if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
-            raise FileNotFoundError(f"model={str(model)!r} has a config.json but no weights (*.safetensors or *.bin)")
+            raise FileNotFoundError(
+                f"model={str(model)!r} has a config.json but no weights (*.safetensors or *.bin)"
+            )
         return str(path)
     if _looks_like_hub_id(str(model)) and _cached_hub_model(str(model)):
         return str(model)
@@ -137,7 +159,9 @@ def check_max_model_len(max_model_len: Any, config: dict) -> None:
     positive_int("max_model_len", max_model_len, "a positive integer (tokens)")
     limit = config.get("max_position_embeddings")
     if limit and max_model_len > limit:
-        raise ValueError(f"max_model_len={max_model_len} exceeds the model's max_position_embeddings={limit}")
+        raise ValueError(
+            f"max_model_len={max_model_len} exceeds the model's max_position_embeddings={limit}"
+        )
 
 
 def engine_settings(
@@ -148,10 +172,13 @@ def engine_settings(
     **engine_args: Any,
 ) -> EngineSettings:
     """The lab's settings for this back-end and model, after checking every input; `engine_args` are
-    further `EngineArgs` by name (`max_model_len`, `num_gpu_blocks_override`, ...) and win over the defaults.
-    `enable_prefix_caching=None` passes no caching setting at all: vLLM's own default applies (on, in V1)."""
+    further `EngineArgs` by name (`max_model_len`, `num_gpu_blocks_override`, ...) and win over the
+    defaults. `enable_prefix_caching=None` passes no caching setting at all: vLLM's own default
+    applies (on, in V1)."""
     if enable_prefix_caching is not None and not isinstance(enable_prefix_caching, bool):
-        raise ValueError(f"enable_prefix_caching={enable_prefix_caching!r}: use True, False or None (vLLM's default)")
+        raise ValueError(
+            f"enable_prefix_caching={enable_prefix_caching!r}: use True, False or None (vLLM's default)"
+        )
     check_block_size(block_size)
     model_path = resolve_model(model)
     config = model_config(model_path)
@@ -161,8 +188,14 @@ def engine_settings(
         "dtype": "float32" if "lab_preset" in config else "auto",
     }
     own = {f.name: engine_args.pop(f.name) for f in fields(EngineSettings) if f.name in engine_args}
-    engine_args = {"use_tqdm_on_load": False} | engine_args  # in Jupyter, vLLM's loading bar is a widget per start
-    return EngineSettings(model=model_path, enable_prefix_caching=enable_prefix_caching, block_size=block_size,
-                          engine_args=engine_args, cpu_kvcache_gib=os.environ.get("VLLM_CPU_KVCACHE_SPACE",
-                                                                                  DEFAULT_CPU_KVCACHE_GIB),
-                          **(defaults | own))
+    engine_args = {
+        "use_tqdm_on_load": False
+    } | engine_args  # in Jupyter, vLLM's loading bar is a widget per start
+    return EngineSettings(
+        model=model_path,
+        enable_prefix_caching=enable_prefix_caching,
+        block_size=block_size,
+        engine_args=engine_args,
+        cpu_kvcache_gib=os.environ.get("VLLM_CPU_KVCACHE_SPACE", DEFAULT_CPU_KVCACHE_GIB),
+        **(defaults | own),
+    )

@@ -7,12 +7,12 @@
         fleet.use_policy("round_robin")  # a new router in front of the same replicas
         fleet.reset_prefix_caches()      # every replica starts cold again
 
-Each replica is a `lab.serving.server.VLLMServer` with its own KV pool (`kv_blocks` usable blocks), `--enable-scale-out`
-(the router prepares prompts through the replicas' `/v1/completions/render`, which vLLM refuses without it),
-vLLM's development endpoints (for `/reset_prefix_cache`), KV events published on a port of its own (for
-`kv_aware`) and, on a CPU, its own core. Replicas start once; switching policy restarts only the router,
-in about a second. Every process runs in its own process group and is stopped when the block ends, when a
-start fails, or when Python exits.
+Each replica is a `lab.serving.server.VLLMServer` with its own KV pool (`kv_blocks` usable blocks),
+`--enable-scale-out` (the router prepares prompts through the replicas' `/v1/completions/render`,
+which vLLM refuses without it), vLLM's development endpoints (for `/reset_prefix_cache`), KV events
+published on a port of its own (for `kv_aware`) and, on a CPU, its own core. Replicas start once;
+switching policy restarts only the router, in about a second. Every process runs in its own process
+group and is stopped when the block ends, when a start fails, or when Python exits.
 """
 
 from __future__ import annotations
@@ -33,19 +33,26 @@ from lab.serving.router import Router, check_policy, router_executable
 from lab.serving.server import SERVED_MODEL_NAME, VLLMServer
 
 
-def check_fleet(replicas: Any, policy: Any, kv_blocks: Any, block_size: int, max_model_len: int) -> None:
-    """Raise ValueError, before any process starts, on a fleet this machine or the router cannot run."""
+def check_fleet(
+    replicas: Any, policy: Any, kv_blocks: Any, block_size: int, max_model_len: int
+) -> None:
+    """Raise ValueError, before any process starts, on a fleet this machine or the router cannot
+    run."""
     positive_int("replicas", replicas, "a positive number of vLLM servers, e.g. 2")
     cores = os.cpu_count() or 1
     if backend() == "cpu" and replicas > cores:
-        raise ValueError(f"replicas={replicas}: this CPU has {cores} cores and each CPU replica needs one of its "
-                         f"own; use at most {cores}")
+        raise ValueError(
+            f"replicas={replicas}: this CPU has {cores} cores and each CPU replica needs one of its "
+            f"own; use at most {cores}"
+        )
     check_policy(policy)
     positive_int("kv_blocks", kv_blocks, "a positive number of usable KV blocks per replica")
     if kv_blocks * block_size < max_model_len:
-        raise ValueError(f"kv_blocks={kv_blocks} x block_size={block_size} = {kv_blocks * block_size} tokens cannot "
-                         f"hold one prompt of max_model_len={max_model_len}: use kv_blocks >= "
-                         f"{blocks_needed(max_model_len, block_size)}, or pass a smaller max_model_len in engine_args")
+        raise ValueError(
+            f"kv_blocks={kv_blocks} x block_size={block_size} = {kv_blocks * block_size} tokens cannot "
+            f"hold one prompt of max_model_len={max_model_len}: use kv_blocks >= "
+            f"{blocks_needed(max_model_len, block_size)}, or pass a smaller max_model_len in engine_args"
+        )
 
 
 @dataclass(eq=False)
@@ -55,7 +62,9 @@ class Fleet:
     model: str | os.PathLike | None = None
     block_size: int = 32
     kv_blocks: int = 160  # usable KV blocks per replica
-    engine_args: Mapping[str, Any] = field(default_factory=dict)  # further EngineArgs for every replica
+    engine_args: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # further EngineArgs for every replica
     router_args: Sequence[str] = ()  # further vllm-router flags, e.g. ("--cache-threshold", "0.5")
     startup_timeout_s: float = 300.0
 
@@ -64,7 +73,10 @@ class Fleet:
     def __post_init__(self) -> None:
         check_block_size(self.block_size)
         model_path = resolve_model(self.model)
-        max_model_len = self.engine_args.get("max_model_len") or model_config(model_path)["max_position_embeddings"]
+        max_model_len = (
+            self.engine_args.get("max_model_len")
+            or model_config(model_path)["max_position_embeddings"]
+        )
         check_fleet(self.replicas, self.policy, self.kv_blocks, self.block_size, max_model_len)
         router_executable()  # a missing router fails here, before any server starts
         self.event_ports = [free_port() for _ in range(self.replicas)]
@@ -72,24 +84,40 @@ class Fleet:
         self.router = self._router(self.policy, self.router_args)
 
     def _replica(self, model_path: str, index: int) -> VLLMServer:
-        # a bind address: with 127.0.0.1 vLLM's publisher connects instead of binding, and nothing arrives
-        events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{self.event_ports[index]}"}
+        # a bind address: with 127.0.0.1 vLLM's publisher connects instead of binding, and nothing
+        # arrives
+        events = {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": f"tcp://*:{self.event_ports[index]}",
+        }
         environment = {"VLLM_CPU_OMP_THREADS_BIND": str(index)} if backend() == "cpu" else {}
-        return VLLMServer(model_path, block_size=self.block_size, dev_endpoints=True, environment=environment,
-                          extra_args=["--enable-scale-out", "--kv-events-config", json.dumps(events)],
-                          engine_args={"num_gpu_blocks_override": self.kv_blocks + 1} | dict(self.engine_args),
-                          startup_timeout_s=self.startup_timeout_s)
+        return VLLMServer(
+            model_path,
+            block_size=self.block_size,
+            dev_endpoints=True,
+            environment=environment,
+            extra_args=["--enable-scale-out", "--kv-events-config", json.dumps(events)],
+            engine_args={"num_gpu_blocks_override": self.kv_blocks + 1} | dict(self.engine_args),
+            startup_timeout_s=self.startup_timeout_s,
+        )
 
     def _router(self, policy: str, router_args: Sequence[str]) -> Router:
         events = []
         if policy == "kv_aware":
             for server, port in zip(self.servers, self.event_ports):  # one flag per replica
                 events += ["--kv-event-source", f"{server.url}=tcp://127.0.0.1:{port}"]
-            events += ["--kv-event-block-size", str(self.block_size), "--kv-event-model", SERVED_MODEL_NAME]
+            events += [
+                "--kv-event-block-size",
+                str(self.block_size),
+                "--kv-event-model",
+                SERVED_MODEL_NAME,
+            ]
         return Router([s.url for s in self.servers], policy, [*events, *router_args])
 
     def use_policy(self, policy: str, router_args: Sequence[str] = ()) -> None:
-        """Replace the router with one running `policy` (and `router_args`), in front of the same replicas."""
+        """Replace the router with one running `policy` (and `router_args`), in front of the same
+        replicas."""
         check_policy(policy)
         self.router.stop()
         self.policy, self.router_args = policy, tuple(router_args)

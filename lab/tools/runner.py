@@ -63,27 +63,40 @@ def run_name(notebook: Path, profile: str) -> str:
 
 
 def record_run(executed: Path, run: str, ok: bool) -> None:
-    """The executed notebook says which run it is, and whether every cell ran (`make promote` reads both)."""
+    """The executed notebook says which run it is, and whether every cell ran (`make promote` reads
+    both)."""
     import nbformat
 
     nb = nbformat.read(executed, as_version=4)
-    nb.metadata["lab"] = {"run": run, "profile": os.environ.get("LAB_PROFILE", "interactive"), "ok": ok}
+    nb.metadata["lab"] = {
+        "run": run,
+        "profile": os.environ.get("LAB_PROFILE", "interactive"),
+        "ok": ok,
+    }
     nbformat.write(nb, executed)
 
 
-CELL_TIMEOUT_S = 1200  # no cell of the full profile takes half of this; a cell that hangs fails instead of waiting
+# no cell of the full profile takes half of this; a cell that hangs fails instead of waiting
+CELL_TIMEOUT_S = 1200
 
 
-def execute(notebook: Path, parameters: dict, out_dir: Path, cell_timeout_s: float = CELL_TIMEOUT_S,
-            stall_s: float = STALL_S) -> Outcome:
-    """Run one notebook with papermill, headlessly (its kernel builds no widget: lab/front_end.py). A cell still
-    running after `cell_timeout_s` fails the notebook; so does one whose kernel went idle with no reply for
-    `stall_s` (lab/tools/watched_client.py)."""
+def execute(
+    notebook: Path,
+    parameters: dict,
+    out_dir: Path,
+    cell_timeout_s: float = CELL_TIMEOUT_S,
+    stall_s: float = STALL_S,
+) -> Outcome:
+    """Run one notebook with papermill, headlessly (its kernel builds no widget: lab/front_end.py).
+    A cell still running after `cell_timeout_s` fails the notebook; so does one whose kernel went
+    idle with no reply for `stall_s` (lab/tools/watched_client.py)."""
     import papermill
 
     out_dir.mkdir(parents=True, exist_ok=True)
     os.environ[HEADLESS_ENV] = "1"  # the kernel inherits it
-    run = os.environ["LAB_RUN_ID"] = run_name(notebook, os.environ.get("LAB_PROFILE", "interactive"))
+    run = os.environ["LAB_RUN_ID"] = run_name(
+        notebook, os.environ.get("LAB_PROFILE", "interactive")
+    )
     start = time.perf_counter()
     try:
         papermill.execute_notebook(
@@ -101,7 +114,8 @@ def execute(notebook: Path, parameters: dict, out_dir: Path, cell_timeout_s: flo
         from papermill.exceptions import PapermillExecutionError
 
         lines = str(exc).strip().splitlines() or [type(exc).__name__]
-        # a cell's error ends with its exception line; a stall, a timeout or a dead kernel says what happened first
+        # a cell's error ends with its exception line; a stall, a timeout or a dead kernel says what
+        # happened first
         error = lines[-1] if isinstance(exc, PapermillExecutionError) else lines[0]
         if not isinstance(exc, PapermillExecutionError | CellTimeoutError):
             error = f"{type(exc).__name__}: {error}"
@@ -121,8 +135,10 @@ def summary(outcomes: list[Outcome]) -> str:
     for o in outcomes:
         result = "ok" if o.ok else f"FAILED: {o.error}"
         lines.append(f"{o.notebook:<{width}}  {o.seconds:7.1f}  {result}")
-    lines.append(f"{sum(o.ok for o in outcomes)} ok, {sum(not o.ok for o in outcomes)} failed, "
-                 f"{sum(o.seconds for o in outcomes):.0f} s in all")
+    lines.append(
+        f"{sum(o.ok for o in outcomes)} ok, {sum(not o.ok for o in outcomes)} failed, "
+        f"{sum(o.seconds for o in outcomes):.0f} s in all"
+    )
     return "\n".join(lines)
 
 
@@ -137,18 +153,30 @@ def parse_overrides(items: list[str], parser: argparse.ArgumentParser) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", default="quick", help="a profile in notebooks/profiles.yaml (quick, full)")
-    parser.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
-                        help="override a parameter in every notebook run (VALUE is read as YAML), "
-                             "e.g. -p model=/models/Llama-2-7b-chat-hf")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--profile", default="quick", help="a profile in notebooks/profiles.yaml (quick, full)"
+    )
+    parser.add_argument(
+        "-p",
+        "--parameter",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a parameter in every notebook run (VALUE is read as YAML), "
+        "e.g. -p model=/models/Llama-2-7b-chat-hf",
+    )
     parser.add_argument("notebooks", nargs="*", help="notebooks to run (default: all, in order)")
     args = parser.parse_args(argv)
     overrides = parse_overrides(args.parameter, parser)
 
     profiles = load_profiles()
     if args.profile not in profiles:
-        parser.error(f"--profile {args.profile!r} is not in {PROFILES_FILE.name}; choose one of {sorted(profiles)}")
+        parser.error(
+            f"--profile {args.profile!r} is not in {PROFILES_FILE.name}; choose one of {sorted(profiles)}"
+        )
     notebooks = resolve_notebooks(args.notebooks)
     os.environ["LAB_PROFILE"] = args.profile  # kernels inherit it; results files record it
     out_dir = RUNS_DIR / args.profile
@@ -156,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     outcomes = []
     for i, notebook in enumerate(notebooks, 1):
         parameters = profiles[args.profile].get(notebook.stem, {}) | overrides
-        print(f"[{i}/{len(notebooks)}] {notebook.stem} (profile {args.profile}, parameters {parameters})", flush=True)
+        print(
+            f"[{i}/{len(notebooks)}] {notebook.stem} (profile {args.profile}, parameters {parameters})",
+            flush=True,
+        )
         outcomes.append(execute(notebook, parameters, out_dir))
     print(summary(outcomes))
     print(f"executed notebooks: {out_dir}")

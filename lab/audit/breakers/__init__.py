@@ -1,13 +1,15 @@
-"""Prefix-breakers: the ways real applications stop their prompts from sharing a prefix, each found in the log and
-its fix measured by replaying the rewritten log through the same chat template and the same block pool.
+"""Prefix-breakers: the ways real applications stop their prompts from sharing a prefix, each found
+in the log and its fix measured by replaying the rewritten log through the same chat template and
+the same block pool.
 
     found = breakers_in(prompts, tokenizer, FixReplay(block_size=32, kv_tokens=100_000))  # prompts: lab.audit.prompts.Prompts
     for r in found.recommendations:                                              # ranked by measured gain
         print(r.advice, r.hit_rate_before, "->", r.hit_rate_after)
 
-requests (a request as sent, rendered again after a fix), passages, tools, text (a leading field, whitespace),
-history (rewritten, cut, or re-rendered turns), catalogue (every breaker: detector, fix, what the model sees),
-example (two prompts where they diverge, before and after), measure (the fixes replayed and ranked).
+requests (a request as sent, rendered again after a fix), passages, tools, text (a leading field,
+whitespace), history (rewritten, cut, or re-rendered turns), catalogue (every breaker: detector,
+fix, what the model sees), example (two prompts where they diverge, before and after), measure (the
+fixes replayed and ranked).
 """
 
 from __future__ import annotations
@@ -22,13 +24,33 @@ from lab.audit.piece_tokens import TokenEncoder
 from lab.audit.prompts import Prompts
 
 
-def breakers_in(sample: Prompts, tokenizer, judged: FixReplay, *, count: int | None = None,
-                encoder: TokenEncoder | None = None, cached: Sequence[int] | None = None) -> Breakers:
-    """The breakers found in the first `count` requests of `sample` (default: all), their fixes replayed and ranked
-    as `judged` says (lab.audit.breakers.measure.find_breakers), rendered through `tokenizer`'s chat template."""
+def breakers_in(
+    sample: Prompts,
+    tokenizer,
+    judged: FixReplay,
+    *,
+    count: int | None = None,
+    encoder: TokenEncoder | None = None,
+    cached: Sequence[int] | None = None,
+) -> Breakers:
+    """The breakers found in the first `count` requests of `sample` (default: all), their fixes
+    replayed and ranked as `judged` says (lab.audit.breakers.measure.find_breakers), rendered
+    through `tokenizer`'s chat template."""
     renderer = Renderer(tokenizer, encoder or TokenEncoder(tokenizer))
     return find_breakers(sample, renderer, judged, count=count, cached=cached)
 
 
-__all__ = ["CATALOGUE", "Breaker", "Breakers", "Example", "FixReplay", "NotWorth", "Recommendation", "Renderer", "Request",
-           "breakers_in", "find_breakers", "requests_of"]
+__all__ = [
+    "CATALOGUE",
+    "Breaker",
+    "Breakers",
+    "Example",
+    "FixReplay",
+    "NotWorth",
+    "Recommendation",
+    "Renderer",
+    "Request",
+    "breakers_in",
+    "find_breakers",
+    "requests_of",
+]

@@ -1,7 +1,8 @@
-"""Each prefix-breaker found in a log, its fix applied, and the rewritten log replayed through the same template and
-the same pool (lab.core.prefix_cache at the audit's block size and KV capacity, the requests' own salts): the fixes
-that gain a point or more, ranked by measured gain, each on top of the ones above it (a field in front hides what
-reordering the passages behind it would gain until it has moved)."""
+"""Each prefix-breaker found in a log, its fix applied, and the rewritten log replayed through the
+same template and the same pool (lab.core.prefix_cache at the audit's block size and KV capacity,
+the requests' own salts): the fixes that gain a point or more, ranked by measured gain, each on top
+of the ones above it (a field in front hides what reordering the passages behind it would gain until
+it has moved)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ from lab.core.prefix_cache import PrefixCache
 
 @dataclass
 class Recommendation:
-    """A fix worth making: what was found, the requests it rewrites (of `prompts` replayed), the hit rate before
-    and after by replay (before: with the fixes ranked above it), the cost model's projection for both (None
-    without a cost model), one pair of prompts where they diverge before and after, and what the model sees."""
+    """A fix worth making: what was found, the requests it rewrites (of `prompts` replayed), the hit
+    rate before and after by replay (before: with the fixes ranked above it), the cost model's
+    projection for both (None without a cost model), one pair of prompts where they diverge before
+    and after, and what the model sees."""
+
     rank: int
     breaker: str
     advice: str
@@ -42,7 +45,9 @@ class Recommendation:
 
 @dataclass
 class NotWorth:
-    """A breaker found whose fix, replayed, gains less than the threshold (or could not be applied), and why."""
+    """A breaker found whose fix, replayed, gains less than the threshold (or could not be applied),
+    and why."""
+
     breaker: str
     found: str
     requests: int
@@ -52,8 +57,10 @@ class NotWorth:
 
 @dataclass
 class Breakers:
-    """The prefix-breakers section: the fixes ranked by measured gain, the ones found but not worth making, every
-    breaker checked, and what was replayed (the first `prompts` requests, at `block_size`, `kv_tokens`)."""
+    """The prefix-breakers section: the fixes ranked by measured gain, the ones found but not worth
+    making, every breaker checked, and what was replayed (the first `prompts` requests, at
+    `block_size`, `kv_tokens`)."""
+
     recommendations: list[Recommendation]
     not_worth: list[NotWorth]
     checked: list[str]
@@ -62,14 +69,17 @@ class Breakers:
     kv_tokens: int
     hit_rate: float  # the replayed requests' hit rate as the log sent them
     min_gain_points: float = 1.0
-    anywhere: Anywhere | None = None  # position-independent reuse beside the fixes' (None: the log has no passages)
+    anywhere: Anywhere | None = (
+        None  # position-independent reuse beside the fixes' (None: the log has no passages)
+    )
 
 
 @dataclass(frozen=True)
 class FixReplay:
-    """How each fix is replayed and judged: the pool (`block_size`, `kv_tokens` of KV capacity), the cost model that
-    projects both sides (None: hit rates only), the answer length it assumes, and the least gain worth advising (a
-    share of the prompt tokens: 0.01 is one point of hit rate)."""
+    """How each fix is replayed and judged: the pool (`block_size`, `kv_tokens` of KV capacity), the
+    cost model that projects both sides (None: hit rates only), the answer length it assumes, and
+    the least gain worth advising (a share of the prompt tokens: 0.01 is one point of hit rate)."""
+
     block_size: int
     kv_tokens: int
     cost_model: object | None = None
@@ -97,18 +107,28 @@ class _Replay:
     """Rewrites and replays, with the audit's block size, capacity, salts, template and cost model."""
 
     def __init__(self, renderer: Renderer, judged: FixReplay, salts):
-        self.renderer, self.block_size, self.kv_tokens = renderer, judged.block_size, judged.kv_tokens
+        self.renderer, self.block_size, self.kv_tokens = (
+            renderer,
+            judged.block_size,
+            judged.kv_tokens,
+        )
         self.salts = salts if salts and any(s is not None for s in salts) else None
         self.cost_model, self.output_tokens = judged.cost_model, judged.output_tokens
-        self.context = getattr(renderer.tokenizer, "model_max_length", None) or 10 ** 9
+        self.context = getattr(renderer.tokenizer, "model_max_length", None) or 10**9
 
     def cached(self, ids: Sequence[Sequence[int]]) -> list[int]:
-        pool = PrefixCache(num_blocks=kv_blocks(self.kv_tokens, self.block_size), block_size=self.block_size,
-                           hash_algo=REPLAY_HASH)
+        pool = PrefixCache(
+            num_blocks=kv_blocks(self.kv_tokens, self.block_size),
+            block_size=self.block_size,
+            hash_algo=REPLAY_HASH,
+        )
         return pool.replay(ids, self.salts)
 
-    def apply(self, state: _State, breaker: Breaker, detection: Detection) -> tuple[_State, int] | str:
-        """The state with the fix applied and replayed, and the requests whose tokens it changed; or why not."""
+    def apply(
+        self, state: _State, breaker: Breaker, detection: Detection
+    ) -> tuple[_State, int] | str:
+        """The state with the fix applied and replayed, and the requests whose tokens it changed; or
+        why not."""
         fixed = breaker.fix(state.requests, detection)
         touched = changed(state.requests, fixed)
         if not touched:
@@ -122,8 +142,10 @@ class _Replay:
             return "the chat template renders none of the change"
         longest = max(len(ids[i]) for i in touched)
         if longest > self.context or longest + self.block_size > self.kv_tokens:
-            return (f"rewritten prompts grow to {longest:,} tokens, past the model's context ({self.context:,}) or "
-                    f"the KV capacity ({self.kv_tokens:,})")
+            return (
+                f"rewritten prompts grow to {longest:,} tokens, past the model's context ({self.context:,}) or "
+                f"the KV capacity ({self.kv_tokens:,})"
+            )
         return _State(fixed, ids, self.cached(ids)), moved
 
     def projection(self, state: _State) -> Projection | None:
@@ -132,7 +154,9 @@ class _Replay:
         return project(self.cost_model, list(map(len, state.ids)), state.cached, self.output_tokens)
 
 
-def _trials(replay: _Replay, state: _State, breakers: dict[str, Breaker], first: dict[str, Detection] | None):
+def _trials(
+    replay: _Replay, state: _State, breakers: dict[str, Breaker], first: dict[str, Detection] | None
+):
     """Each breaker still found in `state`, its fix applied and replayed (or why it could not be)."""
     out = {}
     for name, breaker in breakers.items():
@@ -142,23 +166,55 @@ def _trials(replay: _Replay, state: _State, breakers: dict[str, Breaker], first:
     return out
 
 
-def _recommendation(rank: int, breaker: Breaker, detection: Detection, before: _State, after: _State,
-                    moved: int, replay: _Replay, lines: Sequence[int]) -> Recommendation:
+def _recommendation(
+    rank: int,
+    breaker: Breaker,
+    detection: Detection,
+    before: _State,
+    after: _State,
+    moved: int,
+    replay: _Replay,
+    lines: Sequence[int],
+) -> Recommendation:
     return Recommendation(
-        rank, breaker.name, breaker.advice.format(what=detection.what), detection.found, moved, len(before.ids),
-        before.hit_rate, after.hit_rate, 100 * (after.hit_rate - before.hit_rate), replay.projection(before),
-        replay.projection(after), example(before.ids, after.ids, [i for i, (a, b) in enumerate(zip(before.ids, after.ids))
-                                                                  if a != b], replay.renderer.tokenizer.decode, lines),
-        breaker.changes_what_the_model_sees, breaker.caveat)
+        rank,
+        breaker.name,
+        breaker.advice.format(what=detection.what),
+        detection.found,
+        moved,
+        len(before.ids),
+        before.hit_rate,
+        after.hit_rate,
+        100 * (after.hit_rate - before.hit_rate),
+        replay.projection(before),
+        replay.projection(after),
+        example(
+            before.ids,
+            after.ids,
+            [i for i, (a, b) in enumerate(zip(before.ids, after.ids)) if a != b],
+            replay.renderer.tokenizer.decode,
+            lines,
+        ),
+        breaker.changes_what_the_model_sees,
+        breaker.caveat,
+    )
 
 
-def find_breakers(sample: Prompts, renderer: Renderer, judged: FixReplay, *, count: int | None = None,
-                  catalogue: Sequence[Breaker] = CATALOGUE, cached: Sequence[int] | None = None) -> Breakers:
-    """Every breaker of `catalogue` looked for in the first `count` requests of `sample` (default: all; their
-    token ids as the audit read them); each one found fixed and replayed as `judged` says; the best fix kept if it
-    gains `judged.min_gain` or more, the rest tried again on top of it, until none gains enough. A fix that gains
-    less is never recommended. `cached`: the requests' cached tokens as sent, where already replayed (the first
-    requests' are the same however many follow them)."""
+def find_breakers(
+    sample: Prompts,
+    renderer: Renderer,
+    judged: FixReplay,
+    *,
+    count: int | None = None,
+    catalogue: Sequence[Breaker] = CATALOGUE,
+    cached: Sequence[int] | None = None,
+) -> Breakers:
+    """Every breaker of `catalogue` looked for in the first `count` requests of `sample` (default:
+    all; their token ids as the audit read them); each one found fixed and replayed as `judged`
+    says; the best fix kept if it gains `judged.min_gain` or more, the rest tried again on top of
+    it, until none gains enough. A fix that gains less is never recommended. `cached`: the requests'
+    cached tokens as sent, where already replayed (the first requests' are the same however many
+    follow them)."""
     count = len(sample.texts) if count is None else min(count, len(sample.texts))
     min_gain, lines = judged.min_gain, sample.lines[:count]
     replay = _Replay(renderer, judged, sample.salts[:count])
@@ -176,20 +232,42 @@ def find_breakers(sample: Prompts, renderer: Renderer, judged: FixReplay, *, cou
         if best is None or worked[best][1][0].hit_rate - state.hit_rate < min_gain:
             break
         detection, (after, moved) = worked[best]
-        ranked.append(_recommendation(len(ranked) + 1, remaining.pop(best), detection, state, after, moved, replay,
-                                      lines))
+        ranked.append(
+            _recommendation(
+                len(ranked) + 1, remaining.pop(best), detection, state, after, moved, replay, lines
+            )
+        )
         state = after
         trials = _trials(replay, state, remaining, None)
-    not_worth = [_not_worth(name, detection, result, state, min_gain, bool(ranked))
-                 for name, (detection, result) in trials.items()]
-    return Breakers(ranked, not_worth, [b.name for b in catalogue], len(ids), judged.block_size, judged.kv_tokens,
-                    start, 100 * min_gain, estimate(state.requests, renderer.tokenizer, state.hit_rate))
+    not_worth = [
+        _not_worth(name, detection, result, state, min_gain, bool(ranked))
+        for name, (detection, result) in trials.items()
+    ]
+    return Breakers(
+        ranked,
+        not_worth,
+        [b.name for b in catalogue],
+        len(ids),
+        judged.block_size,
+        judged.kv_tokens,
+        start,
+        100 * min_gain,
+        estimate(state.requests, renderer.tokenizer, state.hit_rate),
+    )
 
 
-def _not_worth(name: str, detection: Detection, result, state: _State, min_gain: float, on_top: bool) -> NotWorth:
+def _not_worth(
+    name: str, detection: Detection, result, state: _State, min_gain: float, on_top: bool
+) -> NotWorth:
     if isinstance(result, str):
         return NotWorth(name, detection.found, 0, 0.0, result)
     after, moved = result
     gain = 100 * (after.hit_rate - state.hit_rate)
-    return NotWorth(name, detection.found, moved, gain, f"replayed, it gains {gain:+.1f} points (under "
-                    f"{100 * min_gain:.0f})" + (" on top of the fixes above" if on_top else ""))
+    return NotWorth(
+        name,
+        detection.found,
+        moved,
+        gain,
+        f"replayed, it gains {gain:+.1f} points (under "
+        f"{100 * min_gain:.0f})" + (" on top of the fixes above" if on_top else ""),
+    )

@@ -1,9 +1,10 @@
-"""Tool definitions that differ between requests only in their order, or in how each is written (its keys in
-another order): found in chat requests' `tools`, and sent sorted by name, each written one way.
+"""Tool definitions that differ between requests only in their order, or in how each is written (its
+keys in another order): found in chat requests' `tools`, and sent sorted by name, each written one
+way.
 
-The chat template renders the tools (most put them in the system prompt, in the list's order, as JSON): one list
-in two orders is two prefixes from the first tool that moved. A template that does not render tools gives the
-fix nothing to gain, and the replay says so."""
+The chat template renders the tools (most put them in the system prompt, in the list's order, as
+JSON): one list in two orders is two prefixes from the first tool that moved. A template that does
+not render tools gives the fix nothing to gain, and the replay says so."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ def _written(tool: dict) -> str:
 
 
 def detect(requests: Sequence[Request], renderer=None) -> Detection | None:
-    """Tools that requests list in contradicting orders, or write with their keys in different orders; None if
-    every request that sends tools sends them in one order and one form."""
+    """Tools that requests list in contradicting orders, or write with their keys in different
+    orders; None if every request that sends tools sends them in one order and one form."""
     lists = [list(r.tools) for r in requests if r.chat and r.tools]
     if len(lists) < 2:
         return None
@@ -45,19 +46,35 @@ def detect(requests: Sequence[Request], renderer=None) -> Detection | None:
     if not disordered and not rewritten:
         return None
     preferred = {key: first[f.most_common(1)[0][0]] for key, f in forms.items()}
-    found = [f"{len(lists):,} requests send tools in orders that contradict each other"] if disordered else []
-    found += [f"{rewritten} tool definition(s) written with their keys in different orders"] if rewritten else []
+    found = (
+        [f"{len(lists):,} requests send tools in orders that contradict each other"]
+        if disordered
+        else []
+    )
+    found += (
+        [f"{rewritten} tool definition(s) written with their keys in different orders"]
+        if rewritten
+        else []
+    )
     return Detection("; ".join(found), "the tools", preferred)
 
 
 def fix(requests: Sequence[Request], detection: Detection) -> list[Request]:
-    """Each request's tools sorted by name (then content), each tool in the form most requests send it."""
+    """Each request's tools sorted by name (then content), each tool in the form most requests send
+    it."""
     preferred = detection.plan
     out = []
     for r in requests:
         if not (r.chat and r.tools):
             out.append(r)
             continue
-        tools = [preferred.get(_canonical(t), t) for t in sorted(r.tools, key=lambda t: (_name(t), _canonical(t)))]
-        out.append(r if list(map(_written, tools)) == list(map(_written, r.tools)) else r.with_chat(r.messages, tools))
+        tools = [
+            preferred.get(_canonical(t), t)
+            for t in sorted(r.tools, key=lambda t: (_name(t), _canonical(t)))
+        ]
+        out.append(
+            r
+            if list(map(_written, tools)) == list(map(_written, r.tools))
+            else r.with_chat(r.messages, tools)
+        )
     return out
