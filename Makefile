@@ -32,9 +32,9 @@ LEFT_OUT := torchvision torchaudio torchcodec rfc3987-syntax
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # uv installs the lock (about 20 s here, where pip took about 110 s); pip first installs uv itself, by its hashes
 # in the dev lock. uv reads no pip configuration: the wheel directories pip is told of are passed on.
-# PIP_INDEX_URL, PIP_EXTRA_INDEX_URL and PIP_FIND_LINKS are passed on as uv's own flags.
+# PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS and PIP_NO_INDEX are passed on as uv's own flags.
 UV := $(BIN)/uv
-UV_SOURCES := $(if $(PIP_INDEX_URL),--index-url $(PIP_INDEX_URL)) \
+UV_SOURCES := $(if $(PIP_INDEX_URL),--index-url $(PIP_INDEX_URL)) $(if $(filter 1 true yes,$(PIP_NO_INDEX)),--no-index) \
 	$(foreach url,$(PIP_EXTRA_INDEX_URL),--extra-index-url $(url)) $(foreach links,$(PIP_FIND_LINKS),--find-links $(links))
 UV_LOCKED := $(UV) pip install --quiet --python $(BIN)/python --no-deps --require-hashes --compile-bytecode \
 	$(UV_SOURCES) $(addprefix -r ,$(LOCK))

@@ -358,7 +358,7 @@ def test_the_routing_section_comes_from_the_routing_results(results):
     assert row(agreement, "skewed") == ["round_robin", "0.6", "0.58", "-0.02", "800", "200"]
     assert row(faults, "2") == ["24", "24", "3", "6", "2,016", "1,000", "200", "0.3"]
     assert "../figures/11_routing-hit_rate.png" in text
-    assert "**Routing** (`12`, simulated, 64 replicas)" in summary_section(), "the lesson of the simulated sweep's file"
+    assert "**Routing** (`12`, simulated, 64 replicas, equally busy tenants" in summary_section(), "the lesson of the simulated sweep's file"
     for number in ("33 ms", "58 ms", "1,000", "40.0%"):  # the TTFT model's two terms, the rejoin's share of requests
         assert number in text, number
 
@@ -388,7 +388,7 @@ def test_the_audit_section_comes_from_the_audit_results(results):
     assert audit["scale"][0]["peak_is"] == "pss", "the peak shown is the sampled PSS of all processes, not this one's"
     text = results_section()
     for number in ("67.5%", "68.8%", "x2.92", "x2.14", "x2.40", "24", "86.0%", "100,000", "151 s", "1.29 GiB", "1.39 GB",
-                   "2 processes", "5,000", "three off/on pairs", "x2.05-x2.20", "all 3 processes", "1.10 GiB"):
+                   "2 processes", "5,000", "three salted/reused pairs", "x2.05-x2.20", "all 3 processes", "1.10 GiB"):
         assert number in text, number
 
 
