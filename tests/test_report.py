@@ -358,7 +358,8 @@ def test_the_routing_section_comes_from_the_routing_results(results):
     assert row(agreement, "skewed") == ["round_robin", "0.6", "0.58", "-0.02", "800", "200"]
     assert row(faults, "2") == ["24", "24", "3", "6", "2,016", "1,000", "200", "0.3"]
     assert "../figures/11_routing-hit_rate.png" in text
-    assert "**Routing** (`12`, simulated, 64 replicas, equally busy tenants" in summary_section(), "the lesson of the simulated sweep's file"
+    assert "**Routing** (`12`, simulated, 64 replicas, equally busy tenants" in summary_section(), \
+        "the lesson of the simulated sweep's file"
     for number in ("33 ms", "58 ms", "1,000", "40.0%"):  # the TTFT model's two terms, the rejoin's share of requests
         assert number in text, number
 
