@@ -395,7 +395,8 @@ def lesson_times_section(lessons_dir: Path = LESSONS_DIR) -> str:
     table = pd.DataFrame(rows)
     total = table["full profile (s)"].sum()
     return (
-        f"The canonical full-profile run, lesson by lesson (seconds to execute every cell, as papermill timed them; "
+        "The canonical executed lessons, each from its latest full-profile run (named in its row), "
+        "lesson by lesson (seconds to execute every cell, as papermill timed them; "
         f"{total:,} s in all, {total / 60:.0f} min):\n\n" + markdown_table(table)
     )
 

@@ -107,7 +107,8 @@ def gain_verdict():
     verdict = against_bound(
         Spread("gain", tuple(pairs.throughput_gain), each="pair"),
         float(pairs.bound.iloc[0]),
-        quantity=f"throughput gain over {len(pairs)} pairs (x)",
+        quantity=f"throughput gain over {len(pairs)} pairs of {meta['environment'].get('gain_prompts', '?')} "
+        f"prompts at h {pairs.hit_rate.iloc[0]:.2f} (x)",
         bound_name="the bound 1 / (1 - h)",
     )
     return str(verdict), meta["run_id"]
@@ -146,8 +147,8 @@ def capacity_context() -> dict | None:
                 f"{v:.2f}x" if v != float("inf") else "off meets no swept rate"
                 for v in cap[c.RATIO]
             ],
-            "hit rate h (on)": cap[c.HIT_RATE],
-            "bound 1/(1-h)": cap[c.BOUND],
+            "hit rate h (on, highest rate)": cap[c.HIT_RATE],
+            "its bound 1/(1-h)": cap[c.BOUND],
         }
     )
     if c.SEARCHED_RATIO in cap.columns:  # capacity_repeats: found by bisection, repeated
