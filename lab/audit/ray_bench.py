@@ -18,41 +18,19 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import subprocess
-import sys
 import time
 
 import pandas as pd
 
 from lab.audit.core import audit
 from lab.audit.prompts import raw_records
-from lab.audit.report import audit_dir
-from lab.audit.scale_bench import PeakMemory, peak_rss_gib
+from lab.audit.scale_bench import PeakMemory, bench_log, peak_rss_gib
 from lab.audit.settings import AuditSettings
 from lab.audit.trace import CHUNK
 from lab.experiments.results import environment, save_benchmark
 
 TARGETS = {"speed-up": 1.7, "worker_gb": 2.0}
 VARIES = ("seconds", "reading_workers")  # the report's fields that may differ between worker counts
-
-
-def log_of(prompts: int):
-    log = audit_dir() / f"bench-log-{prompts}.jsonl.gz"
-    if not log.is_file():
-        log.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "lab.audit.scale_bench",
-                "--write-log",
-                str(log),
-                "--prompts",
-                str(prompts),
-            ],
-            check=True,
-        )
-    return log
 
 
 def one_run(log, workers: int, on_ray: bool = True) -> tuple[dict, dict]:
@@ -86,7 +64,7 @@ def driver_read_s(log) -> float:
 def run(prompts: int, worker_counts: list[int], baseline: bool = True) -> int:
     """The audit of `prompts` on each local cluster of `worker_counts` CPUs, after the same audit in
     one process without Ray (`baseline`)."""
-    log = log_of(prompts)
+    log = bench_log(prompts)
     raw_s = driver_read_s(log)
     rows, reports = [], []
     for workers, on_ray in [(1, False)] * baseline + [(w, True) for w in worker_counts]:

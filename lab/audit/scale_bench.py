@@ -122,22 +122,19 @@ class PeakMemory:
             self.processes = max(self.processes, len(processes))
 
 
-def run(prompts: int, log: Path | None, kv_tokens: int, replicas: int, workers: int = 1) -> int:
+def bench_log(prompts: int, log: Path | None = None) -> Path:
+    """The benchmark's synthetic log of `prompts` prompts (at `log`, default: under runs/audit/),
+    written in a process of its own the first time it is asked for."""
     log = log or audit_dir() / f"bench-log-{prompts}.jsonl.gz"
     if not log.is_file():
         log.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "lab.audit.scale_bench",
-                "--write-log",
-                str(log),
-                "--prompts",
-                str(prompts),
-            ],
-            check=True,
-        )
+        command = [sys.executable, "-m", "lab.audit.scale_bench", "--write-log", str(log)]
+        subprocess.run([*command, "--prompts", str(prompts)], check=True)
+    return log
+
+
+def run(prompts: int, log: Path | None, kv_tokens: int, replicas: int, workers: int = 1) -> int:
+    log = bench_log(prompts, log)
     start = time.perf_counter()
     with PeakMemory() as memory:
         result = audit(log, AuditSettings(kv_tokens=kv_tokens, replicas=replicas, workers=workers))
