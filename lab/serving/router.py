@@ -27,7 +27,7 @@ ROUTER_POLICIES = (
     "consistent_hash",
     "sticky_least_loaded",
 )  # vllm-router 0.1.20's --policy choices
-ROUTER_HINT = "install it with `pip install vllm-router==0.1.17` (it is in requirements.txt; `make test` sets it up)"
+ROUTER_HINT = "install it with `pip install vllm-router==0.1.17` (pyproject.toml declares it; `make setup` installs the lock)"
 
 
 def router_executable() -> str:

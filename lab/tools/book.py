@@ -7,7 +7,7 @@ Stages the sources under book/ (ignored by git): the course map as the home page
 results page, and every executed lesson in docs/lessons/ (the canonical run's, each with its
 banner). Links between them are rewritten to the site's pages, then MkDocs (Material theme,
 mkdocs-jupyter for the notebooks, built-in search) builds the site into `--out`. MkDocs runs from
-its own environment (`.venv-book`, requirements-book.txt): the book's tools never touch the lab's
+its own environment (`.venv-book`, requirements-lock-book.txt): the book's tools never touch the lab's
 locked packages.
 """
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not MKDOCS.is_file():
         raise SystemExit(
-            f"{MKDOCS} is missing: `make book` installs it (requirements-book.txt into .venv-book)"
+            f"{MKDOCS} is missing: `make book` installs it (requirements-lock-book.txt into .venv-book)"
         )
     mkdocs_yml = stage()
     subprocess.run(

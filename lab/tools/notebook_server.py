@@ -41,7 +41,7 @@ def jupyter_executable() -> str:
         return found
     raise FileNotFoundError(
         "jupyter is not installed in this environment: run `make setup` (it installs "
-        "jupyterlab from requirements.txt)"
+        "jupyterlab from the lock)"
     )
 
 

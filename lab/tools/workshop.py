@@ -68,9 +68,7 @@ def all_exercises() -> nbformat.NotebookNode:
 def otter_executable() -> str:
     if found := executable_beside_python("otter"):
         return found
-    raise FileNotFoundError(
-        "otter-grader is not installed: run `make setup` (requirements.txt pins it)"
-    )
+    raise FileNotFoundError("otter-grader is not installed: run `make setup` (the lock pins it)")
 
 
 def assign(
