@@ -40,13 +40,16 @@ def test_the_block_size_finding_says_cannot_tell_on_one_run_and_names_a_size_on_
     assert "block size 32" in finding.answer and "32 (5.00-5.10 ms)" in finding.evidence
 
 
-def test_sizes_the_run_cannot_tell_apart_are_both_the_answer_and_the_finding_cannot_tell():
-    """32 and 64 overlap, 128 lies above 32 only: the answer is "32 or 64", and the verdict says the run cannot tell."""
-    runs = pd.DataFrame({"workload": "w", "block_size": [32, 64, 128] * 2, "vllm_hit_rate": 0.5,
+def test_sizes_the_run_cannot_tell_apart_are_settled_by_their_exact_hit_rates():
+    """32 and 64 overlap, 128 lies above 32 only: TTFT leaves "32 or 64", and the hit rate picks one."""
+    runs = pd.DataFrame({"workload": "w", "block_size": [32, 64, 128] * 2, "vllm_hit_rate": [0.6, 0.7, 0.8] * 2,
                          "mean_ttft_ms": [5.0, 5.1, 6.0, 5.2, 6.5, 6.2]})
     (finding,) = block_size_findings(runs)
-    assert (finding.verdict, finding.value) == (CANNOT_TELL, "32 or 64")
+    assert (finding.verdict, finding.value) == (HOLDS, "64"), "64 caches more than 32; 128 is shown slower"
     assert "cannot tell 32 or 64 apart" in finding.answer and "128 shown slower than 32" in finding.answer
+    assert "64 caches the most (hit rate 32: 0.600, 64: 0.700)" in finding.answer
+    (equal,) = block_size_findings(runs.assign(vllm_hit_rate=0.5))
+    assert equal.value == "32", "at equal hit rates, the smaller block: the finer sharing"
 
 
 def test_a_verdict_becomes_a_finding_that_holds_fails_or_cannot_tell():

@@ -5,7 +5,7 @@ sentence that compares sizes is printed from its repeats' spread (lab.experiment
 typed ahead of the run:
 
     verdicts = ttft_verdicts(engine_sweep)   # per workload: the ranking, the hit-rate order, the size to use
-    block_size_findings(engine_sweep)        # that answer as a finding: "64" holds; "32 or 64" cannot tell
+    block_size_findings(engine_sweep)        # one size per workload: the fastest, a TTFT tie settled by hit rate
     ttft_outliers(engine_sweep)              # the runs more than twice, or under half, their workload's median
 """
 
@@ -99,11 +99,7 @@ def ttft_verdicts(engine_sweep: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for workload in engine_sweep.workload.unique():
         ttft = ttft_spreads(engine_sweep, workload)
-        rate = (
-            engine_sweep[engine_sweep.workload == workload]
-            .groupby("block_size")
-            .vllm_hit_rate.first()
-        )
+        rate = vllm_hit_rates(engine_sweep, workload)
         size, why = recommend_from_spread(ttft)
         rows.append(
             {
@@ -126,26 +122,49 @@ def recommend_block_size(engine_sweep: pd.DataFrame) -> pd.Series:
     return ttft_verdicts(engine_sweep).recommended.rename("block size to use")
 
 
+def vllm_hit_rates(engine_sweep: pd.DataFrame, workload: str) -> dict[int, float]:
+    """vLLM's token hit rate of `workload` at each block size (the same in every repeat: exact)."""
+    rows = engine_sweep[engine_sweep.workload == workload]
+    return rows.groupby("block_size").vllm_hit_rate.first().to_dict()
+
+
+def settle_tie(tied: str, hit_rate: Mapping[int, float]) -> int:
+    """Among the block sizes TTFT cannot tell apart ("32 or 64"), the one that caches the most, the
+    smallest at equal hit rates: the finest sharing, at no cost this run can show."""
+    return max((int(size) for size in tied.split(" or ")), key=lambda size: (hit_rate[size], -size))
+
+
+BLOCK_SIZE_QUESTION = (
+    "Which block size should {workload} use on this back-end: the fastest by TTFT, or, among sizes "
+    "this run cannot tell apart by TTFT, the one with the highest hit rate?"
+)
+
+
 def block_size_findings(engine_sweep: pd.DataFrame) -> list[Finding]:
     """Per workload, the block size to use as a finding (id `block_size.<workload>`, value the
-    answer): it holds where one size's TTFT range lies below every other's; where the repeats leave
-    sizes they cannot tell apart (value "32 or 64"), or have no spread (value None), it cannot tell
-    which is fastest."""
+    size). The fastest where one size's TTFT range lies below every other's; where the repeats leave
+    sizes they cannot tell apart ("32 or 64"), the one of those with the highest hit rate, which is
+    exact (`settle_tie`). With one run of some size there is no spread: it cannot tell."""
     found = []
     for workload, verdict in ttft_verdicts(engine_sweep).iterrows():
-        answer = None if pd.isna(verdict.recommended) else str(verdict.recommended)
-        alone = answer is not None and " or " not in answer
+        question = BLOCK_SIZE_QUESTION.format(workload=workload)
+        evidence = f"{verdict.ranking}; hit rate: {verdict.hit_rate_order}"
+        if pd.isna(verdict.recommended):
+            answer = f"{workload}: {verdict.why}"
+            found.append(Finding(f"block_size.{workload}", question, CANNOT_TELL, answer, evidence))
+            continue
+        rates = vllm_hit_rates(engine_sweep, workload)
+        size = settle_tie(str(verdict.recommended), rates)
+        tied = str(verdict.recommended).split(" or ")
+        settled = (
+            ""
+            if len(tied) == 1
+            else f" TTFT cannot tell {verdict.recommended} apart; of those, {size} caches the most "
+            f"(hit rate {', '.join(f'{s}: {rates[int(s)]:.3f}' for s in tied)})."
+        )
+        answer = f"{workload}: block size {size}.{settled} Why: {verdict.why}"
         found.append(
-            Finding(
-                f"block_size.{workload}",
-                f"Which block size is fastest for {workload} on this back-end?",
-                HOLDS if alone else CANNOT_TELL,
-                f"{workload}: {verdict.why}"
-                if answer is None
-                else f"{workload}: block size {answer}. Why: {verdict.why}",
-                f"{verdict.ranking}; hit rate: {verdict.hit_rate_order}",
-                answer,
-            )
+            Finding(f"block_size.{workload}", question, HOLDS, answer, evidence, str(size))
         )
     return found
 
