@@ -107,7 +107,7 @@ def ttft_verdicts(engine_sweep: pd.DataFrame) -> pd.DataFrame:
                 "ranking": str(
                     rank(ttft, quantity=f"{workload}, mean TTFT by block size", unit="ms", digits=2)
                 ),
-                "hit_rate_order": follows_hit_rate(ttft, rate.to_dict()),
+                "hit_rate_order": follows_hit_rate(ttft, rate),
                 "recommended": size,
                 "why": why,
             }
