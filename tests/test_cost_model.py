@@ -81,8 +81,8 @@ def test_a_fit_is_saved_per_model_and_back_end_and_read_back(tmp_path, monkeypat
     model = CostModel({"fixed": 0.003, "per_sequence": 8e-5, "per_token": 5e-5, "per_attention": 2e-5}, **LIMITS,
                       fit_error=0.04)
     run_id = cost_model.save(model)
-    loaded, meta = cost_model.fitted()
-    assert loaded == model and meta["run_id"] == run_id
+    loaded, meta = fit = cost_model.fitted()
+    assert loaded == model and meta["run_id"] == run_id == fit.run_id and fit.device
 
 
 def test_on_a_clock_a_lone_request_takes_its_prefill_step_and_a_queue_waits():

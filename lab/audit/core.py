@@ -119,9 +119,6 @@ def _hit_rates(trace: Trace, settings: AuditSettings) -> HitRates:
     return HitRates(table, {int(s): r for s, r in rates.items()}, radix, best, cached[best])
 
 
-NO_FIT = {"run_id": "", "environment": {"device": ""}}  # no cost model for this model and back-end
-
-
 @dataclass
 class WhyItMissed:
     """The explained requests' uncached tokens, one cause each; each cause taken away and replayed;
@@ -192,10 +189,8 @@ def _projections(
     encoder: TokenEncoder,
     block_size: int,
 ) -> Projections:
-    cost_model, fit = fitted(settings.model, calibrate_if_missing=settings.confirm > 0) or (
-        None,
-        NO_FIT,
-    )
+    fit = fitted(settings.model, calibrate_if_missing=settings.confirm > 0)
+    cost_model = fit.model if fit else None  # None: no cost model for this model and back-end
     projection = moved = confirmation = None
     if cost_model:
         projection = _project_first(
@@ -215,9 +210,8 @@ def _projections(
         confirmation.projected = _project_first(
             cost_model, misses, confirmation.prompts, settings.output_tokens
         )
-    return Projections(
-        projection, moved, confirmation, fit["run_id"], fit["environment"]["device"], cost_model
-    )
+    run_id, device = (fit.run_id, fit.device) if fit else ("", "")
+    return Projections(projection, moved, confirmation, run_id, device, cost_model)
 
 
 def _project_first(cost_model, misses: Misses, prompts: int, output_tokens: int) -> Projection:

@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -374,9 +375,24 @@ def save(model: CostModel, model_path: str | None = None, **details) -> str:
     return save_results(model.table(), results_name(model_path), env).stem
 
 
-def fitted(
-    model_path: str | None = None, *, calibrate_if_missing: bool = False
-) -> tuple[CostModel, dict] | None:
+class Fit(NamedTuple):
+    """A saved cost model and where it came from (its results file's metadata); unpacks as
+    `model, meta`."""
+
+    model: CostModel
+    meta: dict
+
+    @property
+    def run_id(self) -> str:
+        return self.meta["run_id"]
+
+    @property
+    def device(self) -> str:
+        """The machine it was fitted on."""
+        return self.meta["environment"]["device"]
+
+
+def fitted(model_path: str | None = None, *, calibrate_if_missing: bool = False) -> Fit | None:
     """The newest fit for this model and back-end (results in use, else the canonical run) with its
     provenance; if there is none, a calibration saved now (`calibrate_if_missing`), or None."""
     from lab.experiments.results import load_latest_or_canonical
@@ -391,6 +407,7 @@ def fitted(
         return fitted(model_path)
     env = meta["environment"]
     costs = dict(zip(table.term, map(float, table.seconds)))
-    return CostModel(
+    model = CostModel(
         costs, int(env["max_num_batched_tokens"]), int(env["max_num_seqs"]), float(env["fit_error"])
-    ), meta
+    )
+    return Fit(model, meta)
