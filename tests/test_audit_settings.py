@@ -8,6 +8,7 @@ import random
 import pytest
 
 import lab.audit.core
+import lab.audit.projection
 import lab.serving.engine
 from lab.audit import AuditSettings, audit
 from lab.audit.__main__ import main, parser, settings_from
@@ -22,9 +23,9 @@ class Captured(Exception):
 
 @pytest.fixture
 def captured(monkeypatch):
-    def stop(path, settings, tokenizer):
+    def stop(path, tokenizer, *, settings, **read):
         raise Captured(settings)
-    monkeypatch.setattr(lab.audit.core, "_read", stop)
+    monkeypatch.setattr(lab.audit.core, "read_trace", stop)
     monkeypatch.setattr(lab.audit.core, "load_tokenizer", lambda model: None)
 
 
@@ -115,7 +116,7 @@ def test_a_plain_command_line_audit_starts_no_engine(tmp_path, monkeypatch, caps
     def no_engine(*args, **kwargs):
         raise AssertionError("an engine was started without --confirm")
     monkeypatch.setattr(lab.serving.engine, "start_llm", no_engine)
-    monkeypatch.setattr(lab.audit.core, "confirm_on_engine", no_engine)
+    monkeypatch.setattr(lab.audit.projection, "confirm_on_engine", no_engine)
     rng = random.Random(0)
     shared = text_of_tokens(rng, 200, "policy")
     log = tmp_path / "log.jsonl"

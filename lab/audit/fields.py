@@ -13,6 +13,8 @@ import numpy as np
 from lab.audit.piece_tokens import TokenEncoder
 from lab.audit.prompts import encode
 from lab.audit.replay import replay_hit_rate
+from lab.audit.settings import AuditSettings
+from lab.audit.trace import Trace
 
 
 @dataclass
@@ -190,3 +192,26 @@ def breaking_fields(
     ):
         fields.pop()
     return fields
+
+
+@dataclass
+class Sharing:
+    """Where the first `field_sample` prompts diverge, and the fields that break their sharing."""
+
+    texts: list[str]
+    divergence: Divergence
+    fields: list[Field]
+
+
+def what_breaks_sharing(
+    trace: Trace, settings: AuditSettings, encoder: TokenEncoder, block_size: int
+) -> Sharing:
+    """Where the first `settings.field_sample` prompts diverge and which of their fields break the
+    sharing. Token ids given have no text of their own to move lines in: only the divergence then."""
+    texts = trace.sample.texts[: settings.field_sample]
+    divergence = where_prompts_diverge(texts)
+    if any(trace.sample.ids_given[: settings.field_sample]):
+        return Sharing([], divergence, [])
+    return Sharing(
+        texts, divergence, breaking_fields(texts, encoder, block_size, settings.kv_tokens)
+    )

@@ -9,8 +9,15 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from lab.core.block_hash import token_hit_rate
-from lab.experiments.cost_model import CostModel
+from lab.audit.fields import Sharing, move_line_to_end
+from lab.audit.misses import Misses
+from lab.audit.piece_tokens import TokenEncoder
+from lab.audit.prompts import encode
+from lab.audit.settings import AuditSettings
+from lab.audit.trace import Trace
+from lab.core.block_hash import REPLAY_HASH, kv_blocks, token_hit_rate
+from lab.core.prefix_cache import PrefixCache
+from lab.experiments.cost_model import CostModel, fitted
 from lab.experiments.gains import amdahl_bound
 from lab.experiments.verdict import Spread, Verdict, within_tolerance
 
@@ -197,3 +204,76 @@ def confirm_on_engine(
         mean_ttft_ms_on=float(frame.on_ms.median()),
         gains=tuple(float(g) for g in frame.gain),
     )
+
+
+@dataclass
+class Projections:
+    """The cost model's projection for the explained requests and for the field search's prompts
+    with the breaking fields moved (None without a cost model), and the engine's confirmation (None
+    unless asked)."""
+
+    projection: Projection | None
+    after_moving_fields: Projection | None
+    confirmation: Confirmation | None
+    cost_model_run: str  # the results run of the cost model projected with
+    cost_model_fitted_on: str
+    cost_model: CostModel | None = None  # None: no cost model for this model and back-end
+
+
+def project_and_confirm(
+    trace: Trace,
+    settings: AuditSettings,
+    misses: Misses,
+    sharing: Sharing,
+    encoder: TokenEncoder,
+    block_size: int,
+) -> Projections:
+    """The audit's projection stage: the cost model fitted for `settings.model` (calibrated first
+    when missing, only if `settings.confirm` asks for the engine) applied to the explained requests
+    and to the prompts with their breaking fields moved; then, if asked, the engine's own run."""
+    fit = fitted(settings.model, calibrate_if_missing=settings.confirm > 0)
+    cost_model = fit.model if fit else None
+    projection = moved = confirmation = None
+    if cost_model:
+        projection = _project_first(cost_model, misses, len(misses.requests), settings)
+        moved = _after_moving(sharing, encoder, block_size, cost_model, settings)
+    if settings.confirm:
+        confirmation = confirm_on_engine(
+            trace.sample.token_ids,
+            settings.model,
+            block_size,
+            settings.confirm,
+            max_tokens=settings.output_tokens,
+        )
+        confirmation.projected = _project_first(cost_model, misses, confirmation.prompts, settings)
+    run_id, device = (fit.run_id, fit.device) if fit else ("", "")
+    return Projections(projection, moved, confirmation, run_id, device, cost_model)
+
+
+def _project_first(
+    cost_model: CostModel, misses: Misses, prompts: int, settings: AuditSettings
+) -> Projection:
+    rows = misses.requests.head(prompts)
+    return project(cost_model, rows.prompt_tokens, rows.cached_tokens, settings.output_tokens)
+
+
+def _after_moving(
+    sharing: Sharing,
+    encoder: TokenEncoder,
+    block_size: int,
+    cost_model: CostModel,
+    settings: AuditSettings,
+) -> Projection | None:
+    """The projection for the field search's prompts with every breaking field moved to the end."""
+    if not sharing.fields:
+        return None
+    texts = sharing.texts
+    for field in sharing.fields:
+        texts = [move_line_to_end(t, field.label) for t in texts]
+    ids = encode(encoder, texts)
+    pool = PrefixCache(
+        num_blocks=kv_blocks(settings.kv_tokens, block_size),
+        block_size=block_size,
+        hash_algo=REPLAY_HASH,
+    )
+    return project(cost_model, list(map(len, ids)), pool.replay(ids), settings.output_tokens)

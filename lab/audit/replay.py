@@ -1,15 +1,20 @@
 """Hit rates by replay: the token ids through the lab's PrefixCache (vLLM V1's block pool) of a
 stated capacity, one request at a time in arrival order; the radix tree as the token-granular bound.
+`hit_rates` is the audit's replay stage: every request at every block size, and the best size.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
-from lab.audit.prompts import AuditInputError
+from lab.audit import cluster
+from lab.audit.settings import AuditSettings
+from lab.audit.trace import Trace
 from lab.core.block_hash import (
     REPLAY_HASH,
     blocks_needed,
@@ -42,14 +47,49 @@ def radix_hit_rate(token_ids: Sequence[Sequence[int]], kv_tokens: int) -> float:
     )
 
 
-def check_capacity(lengths: Sequence[int], kv_tokens: int, lines: Sequence[int], path: str) -> None:
-    longest = int(np.argmax(lengths))
-    if int(lengths[longest]) + 128 > kv_tokens:
-        raise AuditInputError(
-            f"kv_tokens={kv_tokens} cannot hold {path}:{lines[longest]} ({int(lengths[longest])} "
-            "tokens) with room for a block per size; use your engine's KV capacity, which vLLM logs at "
-            "start ('KV cache size: N tokens')"
-        )
+@dataclass
+class HitRates:
+    """The replay per block size over every request, the radix tree's over the first requests, the
+    best size."""
+
+    table: pd.DataFrame  # cache, block_size, hit_rate
+    by_block_size: dict[int, float]
+    radix: float
+    best_size: int  # the highest hit rate, to a tenth of a point (ties: the larger block)
+    cached: np.ndarray  # each request's cached tokens at the best size
+
+
+def _replay_at(trace: Trace, kv_tokens: int, block_size: int) -> np.ndarray:
+    return trace.replay(block_size, kv_tokens)
+
+
+def hit_rates(trace: Trace, settings: AuditSettings) -> HitRates:
+    """Every request replayed at each block size the trace was hashed at (a Ray task per size on a
+    cluster), the first requests through the radix tree, and the size with the highest hit rate."""
+    sizes = list(trace.blocks)
+    replays = cluster.map_in_order(
+        _replay_at,
+        sizes,
+        shared=(trace, settings.kv_tokens),
+        desc="replaying",
+        progress=settings.progress,
+    )
+    cached = dict(zip(sizes, replays))
+    rates = {size: token_hit_rate(c, trace.lengths) for size, c in cached.items()}
+    first = trace.sample.token_ids
+    radix = radix_hit_rate(first, settings.kv_tokens)
+    radix_label = "radix tree (token-granular)"
+    if len(first) != trace.requests:
+        radix_label += f", first {len(first):,} requests"
+    table = pd.DataFrame(
+        {
+            "cache": [f"blocks of {s}" for s in sizes] + [radix_label],
+            "block_size": sizes + [1],
+            "hit_rate": list(rates.values()) + [radix],
+        }
+    )
+    best = max(sizes, key=lambda s: (round(rates[s], 3), s))
+    return HitRates(table, {int(s): r for s, r in rates.items()}, radix, best, cached[best])
 
 
 def replay_chains(

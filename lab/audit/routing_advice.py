@@ -1,14 +1,20 @@
-"""Beyond one engine: every router policy simulated over the user's prompts, and what a per-tenant
-salt costs."""
+"""Beyond one engine: every router policy simulated over the user's prompts, the recommended
+policy's misses and the replay over time (the audit's fleet stage), and what a per-tenant salt
+costs."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
-from lab.core.block_hash import kv_blocks
+from lab.audit.misses import Routes, attribute
+from lab.audit.settings import AuditSettings
+from lab.audit.timeline import Timeline, timeline
+from lab.audit.trace import Trace
+from lab.core.block_hash import REPLAY_HASH, kv_blocks, token_hit_rate
 from lab.experiments.fleet_sim import (
     SIMULATED_ROUTER_POLICIES,
     CacheAwareKnobs,
@@ -67,6 +73,7 @@ def fleet_policies(
         for threshold in (THRESHOLDS if policy == "cache_aware" else (None,))
     ]
     chains = hash_requests(token_ids, block_size)  # once for every policy
+    num_blocks = kv_blocks(kv_tokens, block_size)
     rows, routes = [], {}
     for policy, threshold in tqdm(
         runs, desc="simulating policies", disable=not progress, leave=False
@@ -75,7 +82,7 @@ def fleet_policies(
         sim = FleetSim(
             replicas,
             policy,
-            kv_blocks=kv_blocks(kv_tokens, block_size),
+            kv_blocks=num_blocks,
             block_size=block_size,
             knobs=knobs,
         )
@@ -106,6 +113,73 @@ def fleet_policies(
         routes[recommended],
         _reason(table, recommended, MAX_IMBALANCE),
     )
+
+
+@dataclass
+class FleetSection:
+    """The router policies simulated over the explained requests, the causes of the recommended
+    one's misses (None on one replica), and the replay over time (every request on one cache; the
+    explained on the fleet)."""
+
+    advice: FleetAdvice
+    misses: pd.DataFrame | None
+    over_time: Timeline
+
+
+def fleet_section(
+    trace: Trace, settings: AuditSettings, block_size: int, cached: np.ndarray
+) -> FleetSection:
+    """The audit's fleet stage over the first `settings.explained` requests on `settings.replicas`
+    replicas; `cached`: every request's cached tokens on one cache, for the timeline."""
+    explained, kv_tokens, replicas = (
+        trace.sample.head(settings.explained),
+        settings.kv_tokens,
+        settings.replicas,
+    )
+    advice = fleet_policies(
+        explained.token_ids,
+        explained.tenants,
+        replicas,
+        block_size,
+        kv_tokens,
+        progress=settings.progress,
+    )
+    routed = None
+    if replicas > 1:
+        routed = attribute(
+            explained.token_ids,
+            block_size=block_size,
+            kv_tokens=kv_tokens,
+            routes=Routes(advice.routes, replicas),
+            hash_algo=REPLAY_HASH,
+        )
+    one_cache = pd.DataFrame({"prompt_tokens": trace.lengths, "cached_tokens": cached})
+
+    def tokens_touched(window):
+        return {w: n * block_size for w, n in trace.block_hash_sets(block_size, window).items()}
+
+    over_time = timeline(
+        trace.arrivals,
+        one_cache,
+        routed.requests if routed else None,
+        tokens_touched,
+        kv_tokens=kv_tokens,
+    )
+    return FleetSection(advice, routed.table() if routed else None, over_time)
+
+
+def salt_cost(
+    trace: Trace, settings: AuditSettings, block_size: int, shared: float
+) -> SaltCost | None:
+    """The hit rate with one shared cache and with a `cache_salt` per tenant (which closes the
+    timing side channel between tenants, and stops them sharing); None when the log names no
+    tenants."""
+    if not any(t is not None for t in trace.tenants):
+        return None
+    salted = trace.replay(
+        block_size, settings.kv_tokens, salts=trace.tenants, progress=settings.progress
+    )
+    return SaltCost(len(set(trace.tenants)), shared, token_hit_rate(salted, trace.lengths))
 
 
 def _recommend(table: pd.DataFrame, max_imbalance: float) -> str:

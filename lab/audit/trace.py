@@ -63,6 +63,16 @@ class Trace:
     def requests(self) -> int:
         return len(self.lengths)
 
+    def check_capacity(self, kv_tokens: int) -> None:
+        """Refuse a KV capacity that cannot hold the longest prompt with a block to spare."""
+        longest = int(np.argmax(self.lengths))
+        if int(self.lengths[longest]) + 128 > kv_tokens:
+            raise AuditInputError(
+                f"kv_tokens={kv_tokens} cannot hold {self.path}:{self.lines[longest]} "
+                f"({int(self.lengths[longest])} tokens) with room for a block per size; use your "
+                "engine's KV capacity, which vLLM logs at start ('KV cache size: N tokens')"
+            )
+
     def chains(
         self, block_size: int, salts: Sequence[str | None] | None = None
     ) -> Iterator[np.ndarray]:

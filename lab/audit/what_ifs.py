@@ -3,16 +3,21 @@ prompts stopped sharing, shown as a short excerpt with its position.
 
     table = what_ifs(token_ids, misses, salts=tenants, block_sizes=(32, 64, 128))
     points = divergence_points(token_ids, misses, tokenizer.decode)
+    why = why_it_missed(trace, settings, tokenizer, block_size)   # the audit's stage: all three
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import pandas as pd
+from tqdm.auto import tqdm
 
 from lab.audit.fields import line_label as label
 from lab.audit.misses import Misses, Routes, attribute
+from lab.audit.settings import AuditSettings
+from lab.audit.trace import Trace
 from lab.core.block_hash import REPLAY_HASH
 
 
@@ -148,3 +153,29 @@ def divergence_points(
             "excerpt": [excerpt(h + a, len(h)) for h, a in zip(groups["head"], after)],
         }
     ).reset_index(drop=True)
+
+
+@dataclass
+class WhyItMissed:
+    """The explained requests' uncached tokens, one cause each; each cause taken away and replayed;
+    where prompts stopped sharing text seen again later."""
+
+    misses: Misses
+    what_ifs: pd.DataFrame
+    divergence_points: pd.DataFrame
+
+
+def why_it_missed(trace: Trace, settings: AuditSettings, tokenizer, block_size: int) -> WhyItMissed:
+    """The first `settings.explained` requests' misses, each with its cause, at `block_size`."""
+    explained = trace.sample.head(settings.explained)
+    salts = explained.salts if any(explained.salts) else None
+    ids = tqdm(
+        explained.token_ids, desc="attributing misses", disable=not settings.progress, leave=False
+    )
+    misses = attribute(
+        ids, block_size=block_size, kv_tokens=settings.kv_tokens, salts=salts, hash_algo=REPLAY_HASH
+    )
+    changes = what_ifs(explained.token_ids, misses, salts=salts, block_sizes=list(trace.blocks))
+    return WhyItMissed(
+        misses, changes, divergence_points(explained.token_ids, misses, tokenizer.decode)
+    )

@@ -397,14 +397,14 @@ def fitted(model_path: str | None = None, *, calibrate_if_missing: bool = False)
     provenance; if there is none, a calibration saved now (`calibrate_if_missing`), or None."""
     from lab.experiments.results import load_latest_or_canonical
 
+    name = results_name(model_path)
     try:
-        table, meta = load_latest_or_canonical(results_name(model_path))
+        table, meta = load_latest_or_canonical(name)
     except FileNotFoundError:
         if not calibrate_if_missing:
             return None
-        model = calibrate(model_path, progress=False)
-        save(model, model_path)
-        return fitted(model_path)
+        save(calibrate(model_path, progress=False), model_path)
+        table, meta = load_latest_or_canonical(name)
     env = meta["environment"]
     costs = dict(zip(table.term, map(float, table.seconds)))
     model = CostModel(

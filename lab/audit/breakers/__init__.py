@@ -22,6 +22,10 @@ from lab.audit.breakers.measure import Breakers, FixReplay, NotWorth, Recommenda
 from lab.audit.breakers.requests import Renderer, Request, requests_of
 from lab.audit.piece_tokens import TokenEncoder
 from lab.audit.prompts import Prompts
+from lab.audit.replay import HitRates
+from lab.audit.settings import AuditSettings
+from lab.audit.trace import Trace
+from lab.experiments.cost_model import CostModel
 
 
 def breakers_in(
@@ -40,6 +44,30 @@ def breakers_in(
     return find_breakers(sample, renderer, judged, count=count, cached=cached)
 
 
+def breakers_for(
+    trace: Trace,
+    settings: AuditSettings,
+    tokenizer,
+    encoder: TokenEncoder,
+    rates: HitRates,
+    cost_model: CostModel | None,
+) -> Breakers | None:
+    """The audit's breakers stage: those found in the first `settings.field_sample` requests, each
+    fix replayed at the best block size and capacity through the same template, ranked by measured
+    gain (as sent: the hit rates' own replay of those requests). None for a log of token ids: each
+    fix edits text and encodes it again."""
+    if any(trace.sample.ids_given[: settings.field_sample]):
+        return None
+    return breakers_in(
+        trace.sample,
+        tokenizer,
+        FixReplay.of(settings, rates.best_size, cost_model),
+        count=settings.field_sample,
+        encoder=encoder,
+        cached=rates.cached,
+    )
+
+
 __all__ = [
     "CATALOGUE",
     "Breaker",
@@ -50,6 +78,7 @@ __all__ = [
     "Recommendation",
     "Renderer",
     "Request",
+    "breakers_for",
     "breakers_in",
     "find_breakers",
     "requests_of",
