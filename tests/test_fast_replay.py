@@ -1,5 +1,5 @@
-"""lab.audit.fast_replay: the compiled replay equals the readable one, request for request, under eviction and
-duplicated blocks."""
+"""lab.audit.fast_replay: the compiled replay equals the readable pool (lab.core.chain_pool.ChainPool, LRU),
+request for request, under eviction and duplicated blocks."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lab.audit.fast_replay import flatten_chains, replay_flat
-from lab.audit.replay import replay_chains, replay_chains_reference
+from lab.audit.replay import replay_chains
+from lab.core.chain_pool import replay as replay_in_chain_pool
 
 # chains from a few shared stems of block ids (so hits, evictions and duplicates happen), with lengths that
 # leave a partial last block or not
@@ -17,7 +18,7 @@ requests = st.lists(st.tuples(st.integers(0, 3), st.lists(st.integers(0, 6), max
 
 @settings(max_examples=300, deadline=None)
 @given(requests, st.sampled_from([1, 2, 4, 16]), st.integers(0, 12), st.booleans())
-def test_the_compiled_replay_is_the_reference_replay(workload, block_size, spare, big_hashes):
+def test_the_compiled_replay_is_the_chain_pools_replay(workload, block_size, spare, big_hashes):
     offset = 2**63 + 11 if big_hashes else 0  # 64-bit hashes with the top bit set keep their bits
     ids: dict[tuple, int] = {}  # a block's hash stands for every block before it and its own content, as a chain's
     blocks = [[1000 * stem + k for k in range(3)] + tail for stem, tail, _ in workload]
@@ -25,8 +26,8 @@ def test_the_compiled_replay_is_the_reference_replay(workload, block_size, spare
     lengths = [len(c) * block_size + extra for c, (_, _, extra) in zip(chains, workload)]
     lengths = [max(n, 1) for n in lengths]
     longest = max(-(-n // block_size) for n in lengths)
-    expected = replay_chains_reference(chains, lengths, block_size, longest + spare)
-    assert replay_chains(chains, lengths, block_size, longest + spare).tolist() == expected.tolist()
+    expected = replay_in_chain_pool(chains, lengths, block_size, longest + spare)
+    assert replay_chains(chains, lengths, block_size, longest + spare).tolist() == expected
 
 
 def test_a_repeated_chain_hits_and_a_small_pool_evicts():

@@ -13,8 +13,8 @@ The pool's state is three small structures, all arrays:
 Between two requests every block is free, so a request takes its hits out of the queue, takes new
 blocks from the head (dropping what they held), and gives all back: hashed blocks to the tail, the
 chain's tail first; blocks without a hash (the partial last block) to the front.
-`tests/test_fast_replay.py` holds it equal to `lab.audit.replay.replay_chains_reference`, request
-for request.
+`tests/test_fast_replay.py` holds it equal to the readable pool, `lab.core.chain_pool.ChainPool`
+with vLLM's LRU policy, request for request.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ stated capacity, one request at a time in arrival order; the radix tree as the t
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -17,8 +16,6 @@ from lab.audit.settings import AuditSettings
 from lab.audit.trace import Trace
 from lab.core.block_hash import (
     REPLAY_HASH,
-    blocks_needed,
-    hittable_blocks,
     kv_blocks,
     token_hit_rate,
 )
@@ -96,80 +93,10 @@ def replay_chains(
     chains: Iterable[Sequence[int]], lengths: Iterable[int], block_size: int, num_blocks: int
 ) -> np.ndarray:
     """`PrefixCache.replay`, block for block, for chains already hashed (one sequence of block
-    hashes per request) and the requests' lengths: the cached tokens of each request. Compiled
-    (`lab.audit.fast_replay`); the readable version it equals is `replay_chains_reference`."""
+    hashes per request) and the requests' lengths: the cached tokens of each request. The fast path
+    of `lab.core.chain_pool.ChainPool` with vLLM's LRU policy, compiled (`lab.audit.fast_replay`);
+    tests hold the two equal request for request."""
     from lab.audit.fast_replay import flatten_chains, replay_flat
 
     hashes, offsets = flatten_chains(list(chains))
     return replay_flat(hashes, offsets, np.fromiter(lengths, np.int64), block_size, num_blocks)
-
-
-def replay_chains_reference(
-    chains: Iterable[Sequence[int]], lengths: Iterable[int], block_size: int, num_blocks: int
-) -> np.ndarray:
-    """`PrefixCache.replay`, block for block, for chains already hashed (one list of 64-bit block
-    hashes per request, lab.audit.block_arrays) and the requests' lengths: the cached tokens of each
-    request.
-
-    The same pool, leaner: a block is an int, the free queue an ordered dict of block ids (least
-    recently used first), and `cached` maps a hash to its block, or to a list of them when the
-    last-token rule registered a duplicate (a lookup takes the first registered). Between two
-    requests every block is free, so a request takes its hits out of the queue, takes new blocks
-    from the head (dropping what they held), and gives all back: blocks with a hash to the tail, the
-    chain's tail first; blocks without one (the last, partial block) to the front, to be reused
-    first.
-    """
-    queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
-    held: list[int | None] = [None] * num_blocks
-    cached: dict[int, int | list[int]] = {}
-    out = []
-    for hashes, length in zip(chains, lengths):
-        hittable = min(len(hashes), hittable_blocks(length, block_size))
-        table = []
-        for h in hashes[:hittable]:
-            block = cached.get(h)
-            if block is None:
-                break
-            table.append(block if type(block) is int else block[0])
-        hits = len(table)
-        for block in table:
-            del queue[block]
-        for k in range(blocks_needed(length, block_size) - hits):
-            block = queue.popitem(last=False)[0]
-            old = held[block]
-            if old is not None:
-                _forget(cached, old, block)
-            if hits + k < len(hashes):  # a full block: cached under its hash
-                h = held[block] = hashes[hits + k]
-                present = cached.get(h)
-                cached[h] = (
-                    block
-                    if present is None
-                    else [present, block]
-                    if type(present) is int
-                    else present + [block]
-                )
-            else:
-                held[block] = None
-            table.append(block)
-        unhashed = []
-        for block in reversed(table):
-            if held[block] is None:
-                unhashed.append(block)
-            else:
-                queue[block] = None
-        for block in reversed(unhashed):
-            queue[block] = None
-            queue.move_to_end(block, last=False)
-        out.append(hits * block_size)
-    return np.asarray(out, dtype=np.int64)
-
-
-def _forget(cached: dict[int, int | list[int]], block_hash: int, block: int) -> None:
-    """Evict `block`, which holds `block_hash`."""
-    present = cached[block_hash]
-    if type(present) is int:
-        del cached[block_hash]
-    else:
-        rest = [b for b in present if b != block]
-        cached[block_hash] = rest[0] if len(rest) == 1 else rest

@@ -7,9 +7,9 @@ The trace is Kimi's hour (Mooncake's conversation trace) repeated with its block
 copy: each copy keeps the hour's own sharing, and no two copies share a block (more conversations of
 the same shape).
 
-1. `--requests` requests replayed at 3M tokens by `replay_chains_reference` (Python) and by the
-   compiled kernel, in pairs, one right after the other, on one core (run it with
-   OMP_NUM_THREADS=1): target at least 10x, the results equal.
+1. `--requests` requests replayed at 3M tokens by the readable pool (`lab.core.chain_pool.ChainPool`,
+   vLLM's LRU policy, Python) and by its compiled fast path, in pairs, one right after the other, on
+   one core (run it with OMP_NUM_THREADS=1): target at least 10x, the results equal.
 2. The kernel's block lookups a second against a probe loop over an array as large as its hash table
    (the same count of random reads, nothing else): how close the replay comes to what the memory
    allows.
@@ -35,8 +35,8 @@ from numba import njit, prange
 from lab import PROJECT_ROOT
 from lab.audit.block_trace import pool_blocks, read_block_trace
 from lab.audit.fast_replay import _replay, replay_flat
-from lab.audit.replay import replay_chains_reference
 from lab.audit.scale_bench import PeakMemory, peak_rss_gib
+from lab.core.chain_pool import replay as replay_in_chain_pool
 from lab.experiments.results import environment, save_benchmark
 
 CONVERSATION = PROJECT_ROOT / "data" / "traces" / "mooncake_conversation_trace.jsonl.gz"
@@ -103,13 +103,13 @@ def speed(requests: int, repeats: int) -> list[dict]:
     rows = []
     for repeat in range(repeats):
         start = time.perf_counter()
-        reference = replay_chains_reference(chains, lengths, trace.block_tokens, pool)
+        reference = replay_in_chain_pool(chains, lengths, trace.block_tokens, pool)
         middle = time.perf_counter()
         compiled = replay_flat(flat.astype(np.int64), offsets, lengths, trace.block_tokens, pool)
         end = time.perf_counter()
         if not np.array_equal(reference, compiled):
             raise RuntimeError(
-                "the compiled replay differs from the reference: a bug, not a benchmark result"
+                "the compiled replay differs from the chain pool's: a bug, not a benchmark result"
             )
         lookups = int(offsets[-1])
         table = 1 << int(np.ceil(np.log2(2 * pool)))
