@@ -1,4 +1,4 @@
-"""The compiled replay at speed (a benchmark, not a test): against the readable replay, against a
+"""The compiled replay at speed (a benchmark, not a test): against the readable pool, against a
 probe loop, and a capacity curve of ten million requests.
 
     python -m lab.audit.replay_bench [--requests 1000000] [--curve-requests 10000000] [--repeats 3]

@@ -67,27 +67,15 @@ class WatchedEngine(NBClientEngine):
     """papermill's nbclient engine with the watched client (papermill's `engine_name=ENGINE_NAME`)."""
 
     @classmethod
-    def execute_managed_notebook(
-        cls,
-        nb_man,
-        kernel_name,
-        log_output=False,
-        stdout_file=None,
-        stderr_file=None,
-        start_timeout=60,
-        execution_timeout=None,
-        stall_s: float = STALL_S,
-        **kwargs,
-    ):
+    def execute_managed_notebook(cls, nb_man, kernel_name, stall_s: float = STALL_S, **kwargs):
+        """papermill's call (`nb_man`, `kernel_name`, keywords), its timeouts renamed to
+        nbclient's."""
         kwargs.pop("input_path", None)
         client = WatchedNotebookClient(
             nb_man,
-            timeout=execution_timeout,
-            startup_timeout=start_timeout,
+            timeout=kwargs.pop("execution_timeout", None),
+            startup_timeout=kwargs.pop("start_timeout", 60),
             kernel_name=kernel_name,
-            log_output=log_output,
-            stdout_file=stdout_file,
-            stderr_file=stderr_file,
             **kwargs,
         )
         client.stall_s = stall_s
