@@ -111,3 +111,19 @@ def test_the_fastest_runs_make_the_table_and_each_repeat_keeps_its_own_gain():
     best = fastest_gain(runs).iloc[0]
     assert best.throughput_gain == pytest.approx(3.6) and best.ttft_change == pytest.approx(90 / 400 - 1)
     assert repeat_gains(runs).throughput_gain.tolist() == pytest.approx([3.0, 4.0])
+
+
+def test_a_prefill_only_run_gives_the_prefill_share_and_stays_out_of_the_gains():
+    from lab.experiments.gains import fastest_gain, gain_at_share, prefill_shares, repeat_gains
+
+    runs = pd.DataFrame([{"workload": "w", "repeat": r, "reuse": reuse, "prefill_only": only, "requests_per_s": rps,
+                          "mean_ttft_ms": 100.0, "hit_rate": 0.75 if reuse else 0.0}
+                         for r, reuse, only, rps in [(0, False, False, 10.0), (0, True, False, 30.0), (0, False, True, 12.5),
+                                                     (1, False, True, 10.0), (1, True, False, 36.0), (1, False, False, 9.0)]])
+    assert prefill_shares(runs).prefill_share.tolist() == pytest.approx([0.8, 0.9])
+    assert repeat_gains(runs).throughput_gain.tolist() == pytest.approx([3.0, 4.0])
+    assert fastest_gain(runs).iloc[0].throughput_gain == pytest.approx(3.6)
+    assert gain_at_share(1.0, 0.75) == pytest.approx(4.0)  # all the work prefill: the bound 1 / (1 - h)
+    assert gain_at_share(0.9, 0.75) == pytest.approx(1 / (0.1 + 0.9 * 0.25))
+    with pytest.raises(ValueError, match="prefill_share"):
+        gain_at_share(1.2, 0.75)

@@ -5,6 +5,7 @@ implies.
     amdahl_bound(0.75)                                      # 4.0: prefill skipped on 3/4 of the tokens
     runs = reuse_runs(model_path, {"shared": prompts}, block_size=None, max_tokens=8, repeats=3)
     fastest_gain(runs), repeat_gains(runs)                  # the table's gain, and each repeat's own
+    prefill_shares(reuse_runs(..., prefill_only=True))     # the share of the work that is prefill
     hit_rate_for(table, "throughput_gain", 1.82)            # the h that gives +82% along a measured curve
 """
 
@@ -54,35 +55,66 @@ def reuse_runs(
     max_tokens: int,
     repeats: int = 3,
     progress: bool = True,
+    prefill_only: bool = False,
 ) -> pd.DataFrame:
     """Every run of `reuse_gain`'s measurement, a row per workload, repeat and setting (`reuse`:
     False with a cache_salt per request, nothing reused) with its summary
-    (lab.experiments.measure.WorkloadRun.summary)."""
+    (lab.experiments.measure.WorkloadRun.summary). With `prefill_only`, each repeat also runs every
+    set salted with one output token, in rows marked `prefill_only` (`prefill_shares` reads them)."""
     from tqdm.auto import tqdm
 
     positive_int("repeats", repeats)
     llm = warm_engine(
         model_path, True, block_size, next(iter(prompts_by_name.values())), max_tokens
     )
+    settings = [(False, False), (True, False)] + [(False, True)] * prefill_only
     runs = [
-        (r, name, reuse)
+        (r, name, reuse, only)
         for r in range(repeats)
         for name in prompts_by_name
-        for reuse in ((False, True) if r % 2 == 0 else (True, False))
+        for reuse, only in (settings if r % 2 == 0 else settings[::-1])
     ]
     rows = []
-    for r, name, reuse in tqdm(runs, desc="reuse off / on", disable=not progress, leave=False):
+    for r, name, reuse, only in tqdm(
+        runs, desc="reuse off / on", disable=not progress, leave=False
+    ):
         llm.reset_prefix_cache()
         summary = run_workload(
             llm,
             prompts_by_name[name],
-            max_tokens=max_tokens,
+            max_tokens=1 if only else max_tokens,
             mode="offline",
             progress=False,
             salt_each=None if reuse else "baseline",
         ).summary()
-        rows.append({"workload": name, "repeat": r, "reuse": reuse, **summary.to_dict()})
+        row = {"workload": name, "repeat": r, "reuse": reuse, "prefill_only": only}
+        rows.append(row | summary.to_dict())
     return pd.DataFrame(rows)
+
+
+def _full_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs with every output token (no prefill-only run)."""
+    return runs[~runs.prefill_only.astype(bool)] if "prefill_only" in runs else runs
+
+
+def prefill_shares(runs: pd.DataFrame) -> pd.DataFrame:
+    """A row per workload and repeat of `reuse_runs(..., prefill_only=True)`: the share of the
+    baseline's time (nothing reused) that its prefill-only run took, the same prompts with one
+    output token. One output token still pays one sampling step and the run's fixed costs, so the
+    share reads a little above the prefill's own."""
+    index = ["workload", "repeat"]
+    baseline = runs[~runs.reuse & ~runs.prefill_only].set_index(index)
+    prefill = runs[runs.prefill_only].set_index(index)
+    share = baseline.requests_per_s / prefill.requests_per_s.loc[baseline.index]
+    return share.rename("prefill_share").reset_index()
+
+
+def gain_at_share(prefill_share: float, hit_rate: float) -> float:
+    """The gain a hit rate buys when a `prefill_share` of the work is prefill and a hit skips only
+    the prefill of its tokens: 1 / ((1 - p) + p (1 - h)); 1 / (1 - h) at p = 1."""
+    check_fraction("hit_rate", hit_rate)
+    number_in("prefill_share", prefill_share, 0, 1, "a share of the work, in [0, 1]")
+    return 1.0 / ((1.0 - prefill_share) + prefill_share * (1.0 - hit_rate))
 
 
 def _gains(on: pd.DataFrame, off: pd.DataFrame) -> pd.DataFrame:
@@ -102,6 +134,7 @@ def _gains(on: pd.DataFrame, off: pd.DataFrame) -> pd.DataFrame:
 def fastest_gain(runs: pd.DataFrame) -> pd.DataFrame:
     """A row per workload of `reuse_runs`: the fastest run of each setting counts (a shared machine
     only ever slows a run down)."""
+    runs = _full_runs(runs)
     best = runs.loc[runs.groupby(["workload", "reuse"], sort=False).requests_per_s.idxmax()]
     on, off = (best[best.reuse == reuse].set_index("workload") for reuse in (True, False))
     return _gains(on, off.loc[on.index]).reset_index()
@@ -111,6 +144,7 @@ def repeat_gains(runs: pd.DataFrame) -> pd.DataFrame:
     """A row per workload and repeat of `reuse_runs`: each repeat's own gain, its two runs set
     against each other (their spread over the repeats is what a verdict judges by:
     lab.experiments.verdict)."""
+    runs = _full_runs(runs)
     on, off = (
         runs[runs.reuse == reuse].set_index(["workload", "repeat"]) for reuse in (True, False)
     )

@@ -301,6 +301,7 @@ def results_context() -> dict:
         **parts,
         "size_finding": finding_sentence("18_model_size", "model_size.closer"),
         "size_margin": finding_sentence("18_model_size", "model_size.noticeably_closer"),
+        "size_prefill": finding_sentence("18_model_size", "model_size.prefill_share"),
         "claims": claims_context(),
         "headline": headline_context(offline, online),
         "figures": [(alt, f"{FIGURES_FROM_RESULTS}/{name}.png") for alt, name in figures],
