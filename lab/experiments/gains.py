@@ -5,7 +5,7 @@ implies.
     amdahl_bound(0.75)                                      # 4.0: prefill skipped on 3/4 of the tokens
     runs = reuse_runs(model_path, {"shared": prompts}, block_size=None, max_tokens=8, repeats=3)
     fastest_gain(runs), repeat_gains(runs)                  # the table's gain, and each repeat's own
-    prefill_shares(reuse_runs(..., prefill_only=True))     # the share of the work that is prefill
+    prefill_shares(prefill_share_runs(model_path, ...))    # the share of the work that is prefill
     hit_rate_for(table, "throughput_gain", 1.82)            # the h that gives +82% along a measured curve
 """
 
@@ -47,6 +47,10 @@ def warm_engine(
     return llm
 
 
+REUSE_OFF_ON = ((False, False), (True, False))  # (reuse, prefill only): salted, then shared
+PREFILL_ONLY = ((False, True),)  # salted, one output token
+
+
 def reuse_runs(
     model_path: str | None,
     prompts_by_name: dict[str, list[list[int]]],
@@ -55,19 +59,42 @@ def reuse_runs(
     max_tokens: int,
     repeats: int = 3,
     progress: bool = True,
-    prefill_only: bool = False,
 ) -> pd.DataFrame:
     """Every run of `reuse_gain`'s measurement, a row per workload, repeat and setting (`reuse`:
     False with a cache_salt per request, nothing reused) with its summary
-    (lab.experiments.measure.WorkloadRun.summary). With `prefill_only`, each repeat also runs every
-    set salted with one output token, in rows marked `prefill_only` (`prefill_shares` reads them)."""
-    from tqdm.auto import tqdm
-
+    (lab.experiments.measure.WorkloadRun.summary)."""
     positive_int("repeats", repeats)
     llm = warm_engine(
         model_path, True, block_size, next(iter(prompts_by_name.values())), max_tokens
     )
-    settings = [(False, False), (True, False)] + [(False, True)] * prefill_only
+    return _alternating(llm, prompts_by_name, max_tokens, repeats, REUSE_OFF_ON, progress)
+
+
+def prefill_share_runs(
+    model_path: str | None,
+    prompts_by_name: dict[str, list[list[int]]],
+    *,
+    block_size: int | None,
+    max_tokens: int,
+    repeats: int = 3,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """`reuse_runs` with a third run in each repeat: every set salted with one output token, in rows
+    marked `prefill_only` (`prefill_shares` reads them; the gains leave them out)."""
+    positive_int("repeats", repeats)
+    llm = warm_engine(
+        model_path, True, block_size, next(iter(prompts_by_name.values())), max_tokens
+    )
+    settings = REUSE_OFF_ON + PREFILL_ONLY
+    return _alternating(llm, prompts_by_name, max_tokens, repeats, settings, progress)
+
+
+def _alternating(llm, prompts_by_name, max_tokens, repeats, settings, progress) -> pd.DataFrame:
+    """Each repeat runs every set in every setting, in the settings' order on even repeats and the
+    reverse on odd ones (so that a drift in the machine's speed falls on all), the cache emptied
+    before every run."""
+    from tqdm.auto import tqdm
+
     runs = [
         (r, name, reuse, only)
         for r in range(repeats)
@@ -98,7 +125,7 @@ def _full_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def prefill_shares(runs: pd.DataFrame) -> pd.DataFrame:
-    """A row per workload and repeat of `reuse_runs(..., prefill_only=True)`: the share of the
+    """A row per workload and repeat of `prefill_share_runs`: the share of the
     baseline's time (nothing reused) that its prefill-only run took, the same prompts with one
     output token. One output token still pays one sampling step and the run's fixed costs, so the
     share reads a little above the prefill's own."""
