@@ -26,8 +26,8 @@ measured by replaying the rewritten requests through the same template and pool.
 size chosen) and returning a small dataclass, gathered into an `AuditResult`: read (lab.audit.trace),
 replay (lab.audit.replay.hit_rates), explain (lab.audit.what_ifs.why_it_missed), find what breaks
 sharing (lab.audit.fields.what_breaks_sharing, lab.audit.breakers.breakers_for), project
-(lab.audit.projection.project_and_confirm), advise a fleet (lab.audit.routing_advice), report
-(lab.audit.report).
+(lab.audit.projection.project_and_confirm), advise a fleet (lab.audit.routing_advice); the report
+(lab.audit.report) renders the result.
 """
 
 from __future__ import annotations

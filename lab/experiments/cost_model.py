@@ -397,14 +397,14 @@ def fitted(model_path: str | None = None, *, calibrate_if_missing: bool = False)
     provenance; if there is none, a calibration saved now (`calibrate_if_missing`), or None."""
     from lab.experiments.results import load_latest_or_canonical
 
-    name = results_name(model_path)
-    try:
+    try:  # a model directory the back-end cannot name is a missing fit too
+        name = results_name(model_path)
         table, meta = load_latest_or_canonical(name)
     except FileNotFoundError:
         if not calibrate_if_missing:
             return None
         save(calibrate(model_path, progress=False), model_path)
-        table, meta = load_latest_or_canonical(name)
+        table, meta = load_latest_or_canonical(results_name(model_path))
     env = meta["environment"]
     costs = dict(zip(table.term, map(float, table.seconds)))
     model = CostModel(

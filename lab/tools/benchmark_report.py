@@ -19,7 +19,7 @@ def _replay_summary(table: pd.DataFrame, env: dict) -> str:
     )
     gain = speed.speedup
     return (
-        f"{int(speed.requests.iloc[0]):,} requests at {env['kv_tokens']:,} tokens, one core: the compiled replay "
+        f"{int(speed.requests.iloc[0]):,} requests at {env['kv_tokens']:,} tokens, single-threaded: the compiled replay "
         f"x{gain.median():.1f} (x{gain.min():.1f}-x{gain.max():.1f}, {len(gain)} pairs) the readable pool's (ChainPool) speed, "
         f"equal results (at least x10: {'met' if gain.median() >= 10 else 'not met'}), at "
         f"{speed.share_of_probe_rate.median():.0%} of a bare probe loop's rate; a {int(curve.points)}-point "

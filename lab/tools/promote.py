@@ -99,7 +99,7 @@ def banner(nb, name: str) -> nbformat.NotebookNode:
     cell = nbformat.v4.new_markdown_cell(
         f"> **Reader's edition.** Lesson `{name}` as it ran in run `{meta.get('run', 'unknown')}`: the "
         f"`{meta.get('profile', 'full')}` profile of `notebooks/profiles.yaml`, on {machine['device']} with "
-        f"{machine['vllm']}. Every number below was printed by that run. Your own run (`make lab`) starts from the "
+        f"{machine['vllm']}. Every measured number below was printed by that run. Your own run (`make lab`) starts from the "
         "quick profile's smaller parameters, so its numbers differ, and the verdicts it prints follow its own numbers. "
         + EXERCISE_NOTE
     )
