@@ -63,10 +63,7 @@ def reuse_runs(
     """Every run of `reuse_gain`'s measurement, a row per workload, repeat and setting (`reuse`:
     False with a cache_salt per request, nothing reused) with its summary
     (lab.experiments.measure.WorkloadRun.summary)."""
-    positive_int("repeats", repeats)
-    llm = warm_engine(
-        model_path, True, block_size, next(iter(prompts_by_name.values())), max_tokens
-    )
+    llm = _warmed(model_path, prompts_by_name, block_size, max_tokens, repeats)
     return _alternating(llm, prompts_by_name, max_tokens, repeats, REUSE_OFF_ON, progress)
 
 
@@ -81,12 +78,17 @@ def prefill_share_runs(
 ) -> pd.DataFrame:
     """`reuse_runs` with a third run in each repeat: every set salted with one output token, in rows
     marked `prefill_only` (`prefill_shares` reads them; the gains leave them out)."""
-    positive_int("repeats", repeats)
-    llm = warm_engine(
-        model_path, True, block_size, next(iter(prompts_by_name.values())), max_tokens
-    )
+    llm = _warmed(model_path, prompts_by_name, block_size, max_tokens, repeats)
     settings = REUSE_OFF_ON + PREFILL_ONLY
     return _alternating(llm, prompts_by_name, max_tokens, repeats, settings, progress)
+
+
+def _warmed(model_path, prompts_by_name, block_size, max_tokens, repeats):
+    """The engine both run sets use: caching on, warmed on the first set, `repeats` checked first."""
+    positive_int("repeats", repeats)
+    return warm_engine(
+        model_path, True, block_size, next(iter(prompts_by_name.values())), max_tokens
+    )
 
 
 def _alternating(llm, prompts_by_name, max_tokens, repeats, settings, progress) -> pd.DataFrame:
